@@ -1,0 +1,28 @@
+#pragma once
+
+// Time as the batcher sees it. Production uses RealClock; tests use FakeClock
+// (server/batching/fake_clock.h) so that queue delays and timeouts are
+// exercised deterministically without sleeping.
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace fuseserve {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+
+  virtual absl::Time Now() const = 0;
+
+  // With `mu` held: blocks until `condition` holds or Now() >= deadline,
+  // releasing `mu` while waiting. Returns whether `condition` holds.
+  virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& condition,
+                                 absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+
+  // The process-wide real clock.
+  static Clock* Real();
+};
+
+}  // namespace fuseserve

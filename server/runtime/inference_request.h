@@ -1,0 +1,71 @@
+#pragma once
+
+// One inference request as the batcher and the runtime see it: no gRPC types.
+// The front end (server/grpc) builds it after validating the request against
+// the model's config; the runtime answers it exactly once through
+// `on_complete`.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/shape.h"
+
+namespace fuseserve {
+
+// Points in a request's life, on the server's clock. Unset points are
+// absl::InfinitePast(). Durations reported in metrics are differences of these.
+struct RequestTimestamps {
+  absl::Time received = absl::InfinitePast();     // front end accepted it
+  absl::Time enqueued = absl::InfinitePast();     // entered the model's queue
+  absl::Time exec_start = absl::InfinitePast();   // its batch was handed to an instance
+  absl::Time input_done = absl::InfinitePast();   // batch inputs staged (H2D done)
+  absl::Time infer_done = absl::InfinitePast();   // compute done
+  absl::Time output_done = absl::InfinitePast();  // outputs copied to the response
+};
+
+struct InferenceRequest {
+  // Client-supplied id, for logs and error messages (may be empty).
+  std::string id;
+
+  // Full input shape: [batch, dims...] when the model batches
+  // (max_batch_size > 0), otherwise exactly the config's dims.
+  Shape input_shape;
+
+  // Leading dimension when the model batches, else 1.
+  int64_t batch_size = 1;
+
+  // NumElements(input_shape) floats, row-major. Borrowed: the front end keeps
+  // it alive until on_complete has been called.
+  const float* input = nullptr;
+
+  // The request fails with DEADLINE_EXCEEDED if it has not started executing
+  // by then. Set by the front end from the gRPC deadline; the batcher lowers it
+  // further by the queue policy's timeout and `requested_timeout`.
+  absl::Time deadline = absl::InfiniteFuture();
+
+  // The request's `timeout` parameter (Triton's, in µs on the wire);
+  // zero = none. Applied by the batcher under the model's queue policy.
+  absl::Duration requested_timeout = absl::ZeroDuration();
+
+  // True once the client has gone away; a request not yet executing is then
+  // dropped with CANCELLED. May be empty (never cancelled).
+  std::function<bool()> is_cancelled;
+
+  // Called at most once, by the instance that runs the request, with the
+  // output shape; returns where to write NumElements(output_shape) floats
+  // (e.g. directly into the response message). Must not be null.
+  std::function<float*(const Shape& output_shape)> allocate_output;
+
+  // Called exactly once with the final status and the request's timestamps.
+  // For an OK status the output has been written through allocate_output.
+  std::function<void(const absl::Status& status,
+                     const RequestTimestamps& timestamps)>
+      on_complete;
+
+  RequestTimestamps timestamps;
+};
+
+}  // namespace fuseserve
