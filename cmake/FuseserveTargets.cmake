@@ -43,5 +43,6 @@ function(fuseserve_test name)
   endif()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+               SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endfunction()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything fuseserve needs to build, serve and test on Debian 12
+# (all from Debian's packages; no other network access is needed).
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-torch
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

@@ -1,0 +1,67 @@
+// fuseserve: flags -> options -> run; signal handling and drain.
+
+#include <pthread.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "server/server.h"
+#include "server/server_options.h"
+
+namespace {
+
+// Writes the bound ports atomically (temp file + rename) so a reader never
+// sees a partial file.
+bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << "{\"grpc_port\": " << grpc_port << ", \"metrics_port\": " << metrics_port << "}\n";
+    if (!out.good()) return false;
+  }
+  return std::rename(temp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
+  if (!options.ok()) {
+    std::cerr << "fuseserve: " << options.status().message() << "\n";
+    return 2;
+  }
+  if (options->help) {
+    std::cout << fuseserve::ServerUsage();
+    return 0;
+  }
+
+  // Block the stop signals in every thread (threads inherit the mask) so that
+  // only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<fuseserve::Server>> server = fuseserve::Server::Start(*options);
+  if (!server.ok()) {
+    FS_LOG(ERROR) << "cannot start: " << server.status().message();
+    return 1;
+  }
+  if (!options->port_file.empty() &&
+      !WritePortFile(options->port_file, (*server)->grpc_port(), (*server)->metrics_port())) {
+    FS_LOG(ERROR) << "cannot write --port-file " << options->port_file;
+    return 1;
+  }
+
+  int signal = 0;
+  sigwait(&stop_signals, &signal);
+  FS_LOG(INFO) << "received " << (signal == SIGTERM ? "SIGTERM" : "SIGINT")
+               << ": draining (exit timeout " << options->exit_timeout_secs << " s)";
+  (*server)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,80 @@
+#include "server/runtime/cpu_instance.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/runtime/batch_io.h"
+
+namespace fuseserve {
+
+CpuInstance::CpuInstance(std::string name, const Model* model, ThreadPool* pool,
+                         Clock* clock, ModelMetrics* metrics)
+    : name_(std::move(name)), model_(model), pool_(pool), clock_(clock), metrics_(metrics) {}
+
+void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) {
+  if (batch.empty()) return;
+  const absl::Time start = clock_->Now();
+  const Shape input_shape = StackedInputShape(batch);
+  const absl::StatusOr<Shape> output_shape = model_->OutputShape(input_shape);
+  if (!output_shape.ok()) {
+    CompleteBatch(batch, output_shape.status());
+    return;
+  }
+  const bool single = batch.size() == 1;
+
+  // Stage: a single request is computed in place from its own input.
+  const float* input = batch.front()->input;
+  if (!single) {
+    input_buffer_.resize(NumElements(input_shape));
+    float* cursor = input_buffer_.data();
+    for (const auto& request : batch) {
+      const int64_t count = NumElements(request->input_shape);
+      std::memcpy(cursor, request->input, count * sizeof(float));
+      cursor += count;
+    }
+    input = input_buffer_.data();
+  }
+  const absl::Time input_done = clock_->Now();
+
+  float* output = nullptr;
+  if (single) {
+    output = batch.front()->allocate_output(*output_shape);
+  } else {
+    output_buffer_.resize(NumElements(*output_shape));
+    output = output_buffer_.data();
+  }
+  const absl::Status run = model_->RunOnCpu(input, input_shape, output, *pool_);
+  const absl::Time infer_done = clock_->Now();
+  if (!run.ok()) {
+    CompleteBatch(batch, absl::Status(run.code(), absl::StrCat("instance ", name_,
+                                                                " failed: ", run.message())));
+    return;
+  }
+
+  if (!single) {
+    const float* cursor = output_buffer_.data();
+    for (auto& request : batch) {
+      const Shape shape = RequestOutputShape(*output_shape, *request, batch.size());
+      const int64_t count = NumElements(shape);
+      std::memcpy(request->allocate_output(shape), cursor, count * sizeof(float));
+      cursor += count;
+    }
+  }
+  const absl::Time output_done = clock_->Now();
+
+  int64_t batch_size = 0;
+  for (auto& request : batch) {
+    batch_size += request->batch_size;
+    request->timestamps.input_done = input_done;
+    request->timestamps.infer_done = infer_done;
+    request->timestamps.output_done = output_done;
+  }
+  if (metrics_ != nullptr) {
+    metrics_->RecordExecution(batch_size, input_done - start, infer_done - input_done,
+                              output_done - infer_done);
+  }
+  CompleteBatch(batch, absl::OkStatus());
+}
+
+}  // namespace fuseserve

@@ -1,0 +1,215 @@
+#include "server/runtime/model_manager.h"
+
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "server/models/model_factory.h"
+#include "server/repository/model_config_loader.h"
+#include "server/repository/model_repository.h"
+#include "server/repository/safetensors.h"
+#include "server/runtime/cpu_instance.h"
+
+namespace fuseserve {
+namespace {
+
+// The number of CPU instances the config's instance groups ask for, or an
+// error for groups this build cannot place.
+absl::StatusOr<int> CpuInstanceCount(const inference::ModelConfig& config) {
+  int count = 0;
+  for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    switch (group.kind()) {
+      case inference::ModelInstanceGroup::KIND_AUTO:
+      case inference::ModelInstanceGroup::KIND_CPU:
+        count += group.count();
+        break;
+      case inference::ModelInstanceGroup::KIND_GPU:
+        return absl::FailedPreconditionError(
+            "instance_group asks for KIND_GPU but no CUDA device is available to this "
+            "server (use KIND_AUTO to fall back to the CPU)");
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instance_group kind ", inference::ModelInstanceGroup::Kind_Name(group.kind()),
+            " is not supported"));
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+std::string ModelVersionRecord::version_string() const {
+  return version_ > 0 ? absl::StrCat(version_) : "";
+}
+
+bool ModelVersionRecord::ready() const {
+  return loaded() && !shutting_down_->load() && batcher_->healthy();
+}
+
+std::string ModelVersionRecord::reason() const {
+  if (!loaded()) return failure_;
+  if (shutting_down_->load()) return "server is shutting down";
+  if (!batcher_->healthy()) return "an instance of the model is unhealthy";
+  return "";
+}
+
+absl::StatusOr<std::unique_ptr<ModelManager>> ModelManager::Load(
+    const ModelManagerOptions& options) {
+  ASSIGN_OR_RETURN(std::vector<RepositoryModelEntry> entries,
+                   ListRepository(options.repository));
+  std::unique_ptr<ModelManager> manager(new ModelManager());
+  for (const RepositoryModelEntry& entry : entries) {
+    manager->LoadModel(entry.name, entry.directory, options);
+  }
+  return manager;
+}
+
+ModelManager::~ModelManager() { Shutdown(absl::Now()); }
+
+void ModelManager::AddFailure(const std::string& name, int64_t version,
+                              inference::ModelConfig config, const std::string& reason) {
+  FS_LOG(ERROR) << "model " << name << (version > 0 ? absl::StrCat(" version ", version) : "")
+                << " failed to load: " << reason;
+  auto record = std::make_unique<ModelVersionRecord>();
+  record->name_ = name;
+  record->version_ = version;
+  record->config_ = std::move(config);
+  record->failure_ = reason;
+  record->shutting_down_ = &shutting_down_;
+  models_[name][version] = std::move(record);
+}
+
+void ModelManager::LoadModel(const std::string& name, const std::string& directory,
+                             const ModelManagerOptions& options) {
+  absl::StatusOr<inference::ModelConfig> config = LoadModelConfig(directory);
+  if (!config.ok()) {
+    AddFailure(name, 0, {}, std::string(config.status().message()));
+    return;
+  }
+  absl::StatusOr<std::vector<ModelVersion>> versions = SelectVersions(directory, *config);
+  if (!versions.ok()) {
+    AddFailure(name, 0, *config, std::string(versions.status().message()));
+    return;
+  }
+  for (const ModelVersion& version : *versions) {
+    const absl::Time start = absl::Now();
+    auto record = std::make_unique<ModelVersionRecord>();
+    record->name_ = name;
+    record->version_ = version.version;
+    record->config_ = *config;
+    record->shutting_down_ = &shutting_down_;
+    record->device_ = "cpu";
+
+    absl::Status status = [&]() -> absl::Status {
+      ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> weights,
+                       SafetensorsFile::Open(version.weights_path));
+      ASSIGN_OR_RETURN(record->model_, CreateModel(*config, *weights));
+      ASSIGN_OR_RETURN(BatcherOptions batcher_options, BatcherOptionsFromConfig(*config));
+      ASSIGN_OR_RETURN(int instance_count, CpuInstanceCount(*config));
+      const std::string version_string = record->version_string();
+      record->metrics_ = &options.metrics->ForModel(name, version_string);
+      std::vector<std::unique_ptr<Instance>> instances;
+      for (int i = 0; i < instance_count; ++i) {
+        instances.push_back(std::make_unique<CpuInstance>(
+            absl::StrCat(name, "/", version_string, " cpu#", i), record->model_.get(),
+            options.cpu_pool, options.clock, record->metrics_));
+      }
+      (*record->config_.mutable_parameters())["precision"].set_string_value(
+          PrecisionName(record->model_->precision()));
+      record->batcher_ = std::make_unique<DynamicBatcher>(
+          std::move(batcher_options), std::move(instances), options.clock, record->metrics_);
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      options.metrics->SetModelLoadDuration(name, version_string, seconds);
+      FS_LOG(INFO) << "loaded model " << name << " version " << version.version << " ("
+                   << config->platform() << ") on cpu: " << instance_count
+                   << " instance(s), precision "
+                   << PrecisionName(record->model_->precision())
+                   << ", max_batch_size " << config->max_batch_size() << ", in " << seconds
+                   << " s";
+      return absl::OkStatus();
+    }();
+    if (!status.ok()) {
+      AddFailure(name, version.version, *config, std::string(status.message()));
+      continue;
+    }
+    models_[name][version.version] = std::move(record);
+  }
+}
+
+absl::StatusOr<const ModelVersionRecord*> ModelManager::Find(const std::string& name,
+                                                             const std::string& version) const {
+  auto model = models_.find(name);
+  if (model == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown model \"", name, "\""));
+  }
+  const auto& versions = model->second;
+  if (version.empty()) {
+    // The highest loaded version, else the highest known one (for reasons).
+    for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+      if (it->second->loaded()) return it->second.get();
+    }
+    return versions.rbegin()->second.get();
+  }
+  int64_t number = 0;
+  if (!absl::SimpleAtoi(version, &number) || number <= 0) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown version \"", version, "\" of model \"", name, "\""));
+  }
+  auto it = versions.find(number);
+  if (it == versions.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown version \"", version, "\" of model \"", name, "\""));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<const ModelVersionRecord*> ModelManager::FindReady(
+    const std::string& name, const std::string& version) const {
+  ASSIGN_OR_RETURN(const ModelVersionRecord* record, Find(name, version));
+  if (!record->ready()) {
+    return absl::UnavailableError(absl::StrCat("model \"", name, "\" version ",
+                                               record->version_string(),
+                                               " is not ready: ", record->reason()));
+  }
+  return record;
+}
+
+absl::StatusOr<std::vector<const ModelVersionRecord*>> ModelManager::Versions(
+    const std::string& name) const {
+  auto model = models_.find(name);
+  if (model == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown model \"", name, "\""));
+  }
+  std::vector<const ModelVersionRecord*> records;
+  for (const auto& [version, record] : model->second) records.push_back(record.get());
+  return records;
+}
+
+std::vector<const ModelVersionRecord*> ModelManager::All() const {
+  std::vector<const ModelVersionRecord*> records;
+  for (const auto& [name, versions] : models_) {
+    for (const auto& [version, record] : versions) records.push_back(record.get());
+  }
+  return records;
+}
+
+bool ModelManager::Ready(bool strict) const {
+  if (shutting_down_.load()) return false;
+  for (const ModelVersionRecord* record : All()) {
+    if (record->loaded() ? !record->ready() : strict) return false;
+  }
+  return true;
+}
+
+void ModelManager::Shutdown(absl::Time deadline) {
+  shutting_down_.store(true);
+  for (const ModelVersionRecord* record : All()) {
+    if (record->loaded()) record->batcher().Shutdown(deadline);
+  }
+}
+
+bool ModelManager::shutting_down() const { return shutting_down_.load(); }
+
+}  // namespace fuseserve

@@ -1,0 +1,119 @@
+#pragma once
+
+// Owns every model version of the repository: loads them at start-up (one
+// model failing does not stop the others), resolves (name, version) for the
+// front ends, and drains them at shutdown. A loaded version is its config,
+// its Model (family bound to weights), its instances behind one
+// DynamicBatcher, and its metrics.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <atomic>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/thread_pool.h"
+#include "proto/model_config.pb.h"
+#include "server/batching/clock.h"
+#include "server/batching/dynamic_batcher.h"
+#include "server/metrics/metrics_registry.h"
+#include "server/runtime/model.h"
+
+namespace fuseserve {
+
+enum class ModelState { kReady, kUnavailable };
+
+// One version of one model, loaded or failed. Immutable after loading except
+// for the batcher's own state.
+class ModelVersionRecord {
+ public:
+  const std::string& name() const { return name_; }
+  // 0 when the model failed before its versions were known.
+  int64_t version() const { return version_; }
+  std::string version_string() const;
+  // The normalised config as the ModelConfig RPC reports it, with the
+  // effective `precision` filled in.
+  const inference::ModelConfig& config() const { return config_; }
+  // Ready: loaded, all instances healthy, not shutting down.
+  bool ready() const;
+  // Why the version is unavailable ("" when ready).
+  std::string reason() const;
+  // "cpu" or "gpu".
+  const std::string& device() const { return device_; }
+
+  // Valid only for loaded versions.
+  const Model& model() const { return *model_; }
+  DynamicBatcher& batcher() const { return *batcher_; }
+  ModelMetrics& metrics() const { return *metrics_; }
+  bool loaded() const { return batcher_ != nullptr; }
+
+ private:
+  friend class ModelManager;
+
+  std::string name_;
+  int64_t version_ = 0;
+  inference::ModelConfig config_;
+  std::string failure_;  // load error; empty when loaded
+  std::string device_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<DynamicBatcher> batcher_;
+  ModelMetrics* metrics_ = nullptr;
+  const std::atomic<bool>* shutting_down_ = nullptr;  // the manager's flag
+};
+
+struct ModelManagerOptions {
+  std::string repository;
+  Clock* clock = nullptr;
+  MetricsRegistry* metrics = nullptr;
+  ThreadPool* cpu_pool = nullptr;
+};
+
+class ModelManager {
+ public:
+  // Loads every model of the repository. Fails only when the repository
+  // itself cannot be read; per-model failures are logged and recorded.
+  static absl::StatusOr<std::unique_ptr<ModelManager>> Load(const ModelManagerOptions& options);
+
+  ~ModelManager();
+
+  // The version to serve: `version` empty = the highest loaded version.
+  // NotFound for an unknown model or version; Unavailable when the version
+  // exists but is not ready (message gives the reason).
+  absl::StatusOr<const ModelVersionRecord*> FindReady(const std::string& name,
+                                                      const std::string& version) const;
+
+  // Like FindReady but also returns versions that are not ready (for
+  // metadata, config, readiness and statistics).
+  absl::StatusOr<const ModelVersionRecord*> Find(const std::string& name,
+                                                 const std::string& version) const;
+
+  // All versions of `name` (NotFound if unknown), ascending.
+  absl::StatusOr<std::vector<const ModelVersionRecord*>> Versions(const std::string& name) const;
+
+  // Every record, sorted by (name, version).
+  std::vector<const ModelVersionRecord*> All() const;
+
+  // Every loaded version is ready (and, when `strict`, no version failed).
+  bool Ready(bool strict) const;
+
+  // Readiness goes false, batchers stop accepting and drain until `deadline`.
+  void Shutdown(absl::Time deadline);
+  bool shutting_down() const;
+
+ private:
+  ModelManager() = default;
+  void LoadModel(const std::string& name, const std::string& directory,
+                 const ModelManagerOptions& options);
+  void AddFailure(const std::string& name, int64_t version, inference::ModelConfig config,
+                  const std::string& reason);
+
+  // name -> version -> record. Written only during Load, read-only after.
+  std::map<std::string, std::map<int64_t, std::unique_ptr<ModelVersionRecord>>> models_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace fuseserve

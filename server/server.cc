@@ -1,0 +1,90 @@
+#include "server/server.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace fuseserve {
+namespace {
+
+// How often readiness (which an instance failure can change) is mirrored
+// into the gRPC health service.
+constexpr absl::Duration kReadinessPollInterval = absl::Milliseconds(250);
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  std::unique_ptr<Server> server(new Server());
+  server->options_ = options;
+  server->metrics_ = MetricsRegistry::Create();
+  server->cpu_pool_ = std::make_unique<ThreadPool>();
+
+  ModelManagerOptions manager_options;
+  manager_options.repository = options.model_repository;
+  manager_options.clock = Clock::Real();
+  manager_options.metrics = server->metrics_.get();
+  manager_options.cpu_pool = server->cpu_pool_.get();
+  ASSIGN_OR_RETURN(server->models_, ModelManager::Load(manager_options));
+
+  InferenceServiceOptions service_options;
+  service_options.server_version = FUSESERVE_VERSION;
+  service_options.strict_readiness = options.strict_readiness;
+  server->service_ = std::make_unique<InferenceService>(
+      std::move(service_options), server->models_.get(), Clock::Real());
+  ASSIGN_OR_RETURN(server->grpc_, GrpcServer::Start(options.grpc_address, options.grpc_port,
+                                                     server->service_.get()));
+
+  HttpEndpoints endpoints;
+  Server* self = server.get();
+  endpoints.live = [] { return true; };
+  endpoints.ready = [self] { return self->service_->Ready(); };
+  endpoints.model_ready = [self](const std::string& model,
+                                 const std::string& version) -> absl::StatusOr<bool> {
+    ASSIGN_OR_RETURN(const ModelVersionRecord* record, self->models_->Find(model, version));
+    return record->ready();
+  };
+  endpoints.metrics_text = [self] { return self->metrics_->SerializeText(); };
+  ASSIGN_OR_RETURN(server->http_, HttpServer::Start(options.metrics_address,
+                                                     options.metrics_port, std::move(endpoints)));
+
+  server->grpc_->SetServing(server->service_->Ready());
+  server->readiness_watcher_ = std::thread([self] { self->WatchReadiness(); });
+  FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port()
+               << ", metrics and health on http://" << options.metrics_address << ":"
+               << server->metrics_port() << " (ready: "
+               << (server->service_->Ready() ? "yes" : "no") << ")";
+  return server;
+}
+
+Server::~Server() { Shutdown(); }
+
+void Server::WatchReadiness() {
+  bool serving = service_->Ready();
+  while (!stopping_.WaitForNotificationWithTimeout(kReadinessPollInterval)) {
+    const bool ready = service_->Ready();
+    if (ready != serving) {
+      FS_LOG(INFO) << "readiness changed to " << (ready ? "ready" : "not ready");
+      grpc_->SetServing(ready);
+      serving = ready;
+    }
+  }
+}
+
+void Server::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  const absl::Time deadline = absl::Now() + absl::Seconds(options_.exit_timeout_secs);
+  stopping_.Notify();
+  readiness_watcher_.join();
+  grpc_->SetServing(false);
+  // Refuse new requests and drain the queues; then no RPC is left waiting and
+  // the gRPC server stops at once.
+  models_->Shutdown(deadline);
+  grpc_->Shutdown(deadline);
+  http_->Stop();
+  FS_LOG(INFO) << "shut down";
+}
+
+}  // namespace fuseserve

@@ -1,0 +1,383 @@
+// End to end: the real `fuseserve` binary on ephemeral ports with a temporary
+// repository (the small default models plus a broken one), driven over gRPC
+// and HTTP exactly as a client would.
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/default_repository.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "proto/grpc_service.grpc.pb.h"
+#include "server/models/model_factory.h"
+#include "server/repository/model_config_loader.h"
+#include "server/repository/safetensors.h"
+#include "server/repository/safetensors_writer.h"
+#include "tests/e2e/server_process.h"
+
+namespace fuseserve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using testing::ServerProcess;
+
+constexpr char kConv[] = "convtranspose_gelu_groupnorm";
+constexpr char kGemm[] = "gemm_bias_hardtanh_mish_groupnorm";
+constexpr char kGroupNorm[] = "groupnorm";
+constexpr char kBroken[] = "broken_groupnorm";
+
+// Writes the small default repository plus a groupnorm model whose weights
+// lack "gn.bias" (it must fail alone, naming the tensor).
+std::string MakeRepository() {
+  const std::filesystem::path root =
+      std::filesystem::path(::testing::TempDir()) /
+      absl::StrCat("fuseserve-e2e-repo-", ::getpid(), "-", std::rand());
+  EXPECT_TRUE(WriteDefaultRepository(root.string(), RepositorySize::kSmall).ok());
+  const std::filesystem::path broken = root / kBroken;
+  std::filesystem::create_directories(broken / "1");
+  std::ifstream config_in(root / kGroupNorm / "config.pbtxt");
+  std::string config((std::istreambuf_iterator<char>(config_in)), {});
+  config.replace(config.find("name: \"groupnorm\""), 17, "name: \"broken_groupnorm\"");
+  std::ofstream(broken / "config.pbtxt") << config;
+  auto weights = SafetensorsFile::Open((root / kGroupNorm / "1" / "model.safetensors").string());
+  EXPECT_TRUE(weights.ok());
+  std::vector<NamedF32Tensor> tensors;
+  const SafetensorsTensor& weight = (*weights)->tensors().at("gn.weight");
+  const float* data = reinterpret_cast<const float*>(weight.data);
+  tensors.push_back({"gn.weight", weight.shape, std::vector<float>(data, data + weight.byte_size / 4)});
+  EXPECT_TRUE(WriteSafetensorsFile((broken / "1" / "model.safetensors").string(), tensors).ok());
+  return root.string();
+}
+
+std::vector<float> RandomValues(int64_t count, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> values(count);
+  for (float& value : values) value = dist(engine);
+  return values;
+}
+
+inference::ModelInferRequest MakeRequest(const std::string& model, const Shape& shape,
+                                         const std::vector<float>& values) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  request.set_id("req-42");
+  auto* input = request.add_inputs();
+  input->set_name("input");
+  input->set_datatype("FP32");
+  for (int64_t dim : shape) input->add_shape(dim);
+  request.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values.data()),
+                                             values.size() * sizeof(float)));
+  return request;
+}
+
+// The value of the sample `name{labels}` in a Prometheus text exposition,
+// whatever the label order; -1 if absent.
+double MetricValue(const std::string& text, const std::string& name,
+                   const std::map<std::string, std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name + "{")) continue;
+    const size_t close = line.find('}');
+    const absl::string_view label_text = line.substr(name.size() + 1, close - name.size() - 1);
+    std::map<std::string, std::string> found;
+    for (absl::string_view pair : absl::StrSplit(label_text, ',', absl::SkipEmpty())) {
+      std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+      if (kv.size() != 2 || kv[1].size() < 2) continue;
+      found[kv[0]] = kv[1].substr(1, kv[1].size() - 2);  // drop the quotes
+    }
+    if (found != labels) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(close + 1), &value)) return value;
+  }
+  return -1;
+}
+
+class ServerE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    repository_ = new std::string(MakeRepository());
+    auto server = ServerProcess::Start(FUSESERVE_BINARY, *repository_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    std::filesystem::remove_all(*repository_);
+    delete repository_;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(INT32_MAX);
+    args.SetMaxSendMessageSize(INT32_MAX);
+    channel_ = grpc::CreateCustomChannel(server_->grpc_target(),
+                                         grpc::InsecureChannelCredentials(), args);
+    stub_ = inference::GRPCInferenceService::NewStub(channel_);
+  }
+
+  grpc::Status Infer(const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return stub_->ModelInfer(&context, request, response);
+  }
+
+  // The output the model computes in-process on the same weights.
+  std::vector<float> Expected(const std::string& model, const Shape& shape,
+                              const std::vector<float>& input) {
+    auto config = LoadModelConfig((std::filesystem::path(*repository_) / model).string());
+    EXPECT_TRUE(config.ok()) << config.status();
+    auto weights = SafetensorsFile::Open(
+        (std::filesystem::path(*repository_) / model / "1" / "model.safetensors").string());
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    auto bound = CreateModel(*config, **weights);
+    EXPECT_TRUE(bound.ok()) << bound.status();
+    auto output_shape = (*bound)->OutputShape(shape);
+    EXPECT_TRUE(output_shape.ok());
+    std::vector<float> output(NumElements(*output_shape));
+    ThreadPool pool(1);
+    EXPECT_TRUE((*bound)->RunOnCpu(input.data(), shape, output.data(), pool).ok());
+    return output;
+  }
+
+  static std::string* repository_;
+  static ServerProcess* server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+};
+
+std::string* ServerE2eTest::repository_ = nullptr;
+ServerProcess* ServerE2eTest::server_ = nullptr;
+
+TEST_F(ServerE2eTest, ReportsLivenessReadinessAndPerModelReadiness) {
+  grpc::ClientContext live_context, ready_context;
+  inference::ServerLiveResponse live;
+  inference::ServerReadyResponse ready;
+  ASSERT_TRUE(stub_->ServerLive(&live_context, {}, &live).ok());
+  ASSERT_TRUE(stub_->ServerReady(&ready_context, {}, &ready).ok());
+  EXPECT_TRUE(live.live());
+  EXPECT_TRUE(ready.ready()) << "every model that loaded is ready";
+
+  for (const auto& [model, expected] : std::map<std::string, bool>{
+           {kConv, true}, {kGemm, true}, {kGroupNorm, true}, {kBroken, false}, {"nope", false}}) {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name(model);
+    inference::ModelReadyResponse response;
+    ASSERT_TRUE(stub_->ModelReady(&context, request, &response).ok());
+    EXPECT_EQ(response.ready(), expected) << model;
+  }
+}
+
+TEST_F(ServerE2eTest, ServerMetadataListsExtensions) {
+  grpc::ClientContext context;
+  inference::ServerMetadataResponse response;
+  ASSERT_TRUE(stub_->ServerMetadata(&context, {}, &response).ok());
+  EXPECT_EQ(response.name(), "fuseserve");
+  EXPECT_FALSE(response.version().empty());
+  EXPECT_THAT(response.extensions(), ::testing::IsSupersetOf({"model_configuration", "statistics"}));
+}
+
+TEST_F(ServerE2eTest, ModelMetadataUsesTritonShapesAndReportsPrecision) {
+  grpc::ClientContext context;
+  inference::ModelMetadataRequest request;
+  request.set_name(kConv);
+  inference::ModelMetadataResponse response;
+  ASSERT_TRUE(stub_->ModelMetadata(&context, request, &response).ok());
+  EXPECT_EQ(response.platform(), kConv);
+  EXPECT_THAT(response.versions(), UnorderedElementsAre("1"));
+  ASSERT_EQ(response.inputs_size(), 1);
+  EXPECT_EQ(response.inputs(0).name(), "input");
+  EXPECT_EQ(response.inputs(0).datatype(), "FP32");
+  EXPECT_THAT(response.inputs(0).shape(), ::testing::ElementsAre(-1, 8, 16, 16));
+  EXPECT_THAT(response.outputs(0).shape(), ::testing::ElementsAre(-1, 8, 18, 18));
+  EXPECT_EQ(response.properties().at("precision"), "tf32");
+}
+
+TEST_F(ServerE2eTest, ModelConfigReturnsTheNormalisedConfig) {
+  grpc::ClientContext context;
+  inference::ModelConfigRequest request;
+  request.set_name(kGemm);
+  inference::ModelConfigResponse response;
+  ASSERT_TRUE(stub_->ModelConfig(&context, request, &response).ok());
+  EXPECT_EQ(response.config().name(), kGemm);
+  EXPECT_EQ(response.config().platform(), kGemm);
+  EXPECT_EQ(response.config().max_batch_size(), 16);
+  EXPECT_EQ(response.config().parameters().at("precision").string_value(), "fp32");
+  EXPECT_EQ(response.config().parameters().at("num_groups").string_value(), "8");
+}
+
+TEST_F(ServerE2eTest, InfersEveryFamilyAndEchoesTheRequestId) {
+  const std::map<std::string, Shape> shapes = {
+      {kConv, {2, 8, 16, 16}}, {kGemm, {3, 64}}, {kGroupNorm, {2, 8, 5, 7}}};
+  uint32_t seed = 1;
+  for (const auto& [model, shape] : shapes) {
+    const std::vector<float> input = RandomValues(NumElements(shape), seed++);
+    inference::ModelInferResponse response;
+    const grpc::Status status = Infer(MakeRequest(model, shape, input), &response);
+    ASSERT_TRUE(status.ok()) << model << ": " << status.error_message();
+    EXPECT_EQ(response.id(), "req-42");
+    EXPECT_EQ(response.model_name(), model);
+    EXPECT_EQ(response.model_version(), "1");
+    ASSERT_EQ(response.outputs_size(), 1);
+    ASSERT_EQ(response.raw_output_contents_size(), 1);
+    const std::vector<float> expected = Expected(model, shape, input);
+    ASSERT_EQ(response.raw_output_contents(0).size(), expected.size() * sizeof(float)) << model;
+    const float* got = reinterpret_cast<const float*>(response.raw_output_contents(0).data());
+    double error = 0, norm = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      error += std::pow(double{got[i]} - expected[i], 2);
+      norm += std::pow(double{expected[i]}, 2);
+    }
+    EXPECT_LE(std::sqrt(error / norm), 1e-6) << model;
+  }
+}
+
+TEST_F(ServerE2eTest, MalformedRequestsGetPreciseCodesAndTheServerKeepsServing) {
+  const std::vector<float> values = RandomValues(8 * 4 * 4, 7);
+  struct Case {
+    std::string name;
+    inference::ModelInferRequest request;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"unknown model", MakeRequest("nope", {1, 8, 4, 4}, values),
+                   grpc::StatusCode::NOT_FOUND, "unknown model"});
+  cases.push_back({"failed model", MakeRequest(kBroken, {1, 8, 4, 4}, values),
+                   grpc::StatusCode::UNAVAILABLE, "gn.bias"});
+  auto wrong_name = MakeRequest(kGroupNorm, {1, 8, 4, 4}, values);
+  wrong_name.mutable_inputs(0)->set_name("x");
+  cases.push_back({"wrong input name", wrong_name, grpc::StatusCode::INVALID_ARGUMENT, "\"x\""});
+  auto wrong_type = MakeRequest(kGroupNorm, {1, 8, 4, 4}, values);
+  wrong_type.mutable_inputs(0)->set_datatype("FP16");
+  cases.push_back({"wrong datatype", wrong_type, grpc::StatusCode::INVALID_ARGUMENT, "FP16"});
+  cases.push_back({"wrong channels", MakeRequest(kGroupNorm, {1, 4, 8, 4}, values),
+                   grpc::StatusCode::INVALID_ARGUMENT, "dimension 1"});
+  auto short_bytes = MakeRequest(kGroupNorm, {1, 8, 4, 4}, values);
+  short_bytes.mutable_raw_input_contents(0)->resize(10);
+  cases.push_back({"byte count", short_bytes, grpc::StatusCode::INVALID_ARGUMENT, "10 bytes"});
+  const std::vector<float> big = RandomValues(9 * 8 * 4, 3);
+  cases.push_back({"batch too large", MakeRequest(kGroupNorm, {9, 8, 4, 1}, big),
+                   grpc::StatusCode::INVALID_ARGUMENT, "max_batch_size"});
+  for (const Case& test : cases) {
+    inference::ModelInferResponse response;
+    const grpc::Status status = Infer(test.request, &response);
+    EXPECT_EQ(status.error_code(), test.code) << test.name << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(test.message)) << test.name;
+  }
+  inference::ModelInferResponse response;
+  EXPECT_TRUE(Infer(MakeRequest(kGroupNorm, {1, 8, 4, 4}, values), &response).ok());
+}
+
+TEST_F(ServerE2eTest, RepositoryIndexExplainsTheFailedModel) {
+  grpc::ClientContext context;
+  inference::RepositoryIndexResponse response;
+  ASSERT_TRUE(stub_->RepositoryIndex(&context, {}, &response).ok());
+  std::map<std::string, std::string> states, reasons;
+  for (const auto& model : response.models()) {
+    states[model.name()] = model.state();
+    reasons[model.name()] = model.reason();
+  }
+  EXPECT_EQ(states[kConv], "READY");
+  EXPECT_EQ(states[kGemm], "READY");
+  EXPECT_EQ(states[kGroupNorm], "READY");
+  EXPECT_EQ(states[kBroken], "UNAVAILABLE");
+  EXPECT_THAT(reasons[kBroken], HasSubstr("gn.bias"));
+}
+
+TEST_F(ServerE2eTest, HttpHealthEndpointsFollowReadiness) {
+  httplib::Client http("127.0.0.1", server_->metrics_port());
+  EXPECT_EQ(http.Get("/v2/health/live")->status, 200);
+  EXPECT_EQ(http.Get("/v2/health/ready")->status, 200);
+  EXPECT_EQ(http.Get("/v2/models/groupnorm/ready")->status, 200);
+  EXPECT_EQ(http.Get("/v2/models/groupnorm/versions/1/ready")->status, 200);
+  EXPECT_EQ(http.Get("/v2/models/broken_groupnorm/ready")->status, 503);
+  EXPECT_EQ(http.Get("/v2/models/nope/ready")->status, 404);
+}
+
+// A server of its own, so that its counters start from zero.
+TEST(ServerE2eMetricsTest, MetricsAndStatisticsCountExactlyAndSigtermExitsCleanly) {
+  const std::string repository = MakeRepository();
+  auto server = ServerProcess::Start(FUSESERVE_BINARY, repository);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+
+  constexpr int kRequests = 5;
+  const Shape shape = {2, 8, 3, 3};
+  const std::vector<float> values = RandomValues(NumElements(shape), 11);
+  for (int i = 0; i < kRequests; ++i) {
+    grpc::ClientContext context;
+    inference::ModelInferResponse response;
+    ASSERT_TRUE(stub->ModelInfer(&context, MakeRequest(kGroupNorm, shape, values), &response).ok());
+  }
+  {
+    grpc::ClientContext context;
+    inference::ModelInferResponse response;
+    auto bad = MakeRequest(kGroupNorm, shape, values);
+    bad.mutable_inputs(0)->set_datatype("INT8");
+    EXPECT_FALSE(stub->ModelInfer(&context, bad, &response).ok());
+  }
+
+  httplib::Client http("127.0.0.1", (*server)->metrics_port());
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  ASSERT_EQ(metrics->status, 200);
+  const std::map<std::string, std::string> labels = {{"model", kGroupNorm}, {"version", "1"}};
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_request_success", labels), kRequests);
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_count", labels), 2 * kRequests);
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_exec_count", labels), kRequests);
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_request_failure",
+                        {{"model", kGroupNorm}, {"version", "1"}, {"reason", "OTHER"}}),
+            1);
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_pending_request_count", labels), 0);
+  EXPECT_EQ(MetricValue(metrics->body, "nv_inference_request_duration_histogram_us_count", labels),
+            kRequests);
+
+  grpc::ClientContext context;
+  inference::ModelStatisticsRequest request;
+  request.set_name(kGroupNorm);
+  inference::ModelStatisticsResponse statistics;
+  ASSERT_TRUE(stub->ModelStatistics(&context, request, &statistics).ok());
+  ASSERT_EQ(statistics.model_stats_size(), 1);
+  const auto& stats = statistics.model_stats(0);
+  EXPECT_EQ(stats.inference_count(), 2u * kRequests);
+  EXPECT_EQ(stats.execution_count(), static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.inference_stats().success().count(), static_cast<uint64_t>(kRequests));
+  EXPECT_EQ(stats.inference_stats().fail().count(), 1u);
+  EXPECT_GT(stats.inference_stats().compute_infer().ns(), 0u);
+
+  absl::StatusOr<int> exit_code = (*server)->Terminate();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*server)->Log();
+  EXPECT_THAT((*server)->Log(), HasSubstr("loaded model groupnorm"));
+  std::filesystem::remove_all(repository);
+}
+
+TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
+  auto server = ServerProcess::Start(FUSESERVE_BINARY, "/nonexistent/repository", {},
+                                     absl::Seconds(20));
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("/nonexistent/repository"));
+}
+
+}  // namespace
+}  // namespace fuseserve
