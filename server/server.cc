@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                      options.metrics_port, std::move(endpoints)));
 
   server->grpc_->SetServing(server->service_->Ready());
+  server->started_ = true;
   server->readiness_watcher_ = std::thread([self] { self->WatchReadiness(); });
   FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port()
                << ", metrics and health on http://" << options.metrics_address << ":"
@@ -73,7 +74,8 @@ void Server::WatchReadiness() {
 }
 
 void Server::Shutdown() {
-  if (shut_down_) return;
+  // A server that failed to start is torn down by its members' destructors.
+  if (!started_ || shut_down_) return;
   shut_down_ = true;
   const absl::Time deadline = absl::Now() + absl::Seconds(options_.exit_timeout_secs);
   stopping_.Notify();

@@ -48,6 +48,7 @@ class Server {
   // Mirrors readiness into grpc.health.v1 until shutdown.
   std::thread readiness_watcher_;
   absl::Notification stopping_;
+  bool started_ = false;
   bool shut_down_ = false;
 };
 

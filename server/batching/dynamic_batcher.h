@@ -5,10 +5,14 @@
 // in arrival order that share the first request's non-batch shape, up to
 // max_batch_size; it prefers the largest preferred_batch_size that can be
 // formed, waits up to max_queue_delay for a fuller batch, and dispatches at
-// once when a full (max or preferred) batch is available. Requests that
-// expire (timeout or deadline) or are cancelled before they start are
-// answered here and never executed. With batching off every request runs
-// alone. Every request handed to Enqueue is answered exactly once.
+// once when a full (max or preferred) batch is available. The oldest request
+// always leads the next batch (requests of other shapes keep their place and
+// never starve), and a later request never overtakes an earlier one of its
+// shape that does not fit. Requests that expire (timeout or deadline) or are
+// cancelled before they start are answered here and never executed; a
+// dedicated thread notices expiry on time even while every instance is busy.
+// With batching off every request runs alone. Every request handed to
+// Enqueue is answered exactly once.
 
 #include <cstdint>
 #include <memory>
@@ -48,15 +52,21 @@ struct BatcherOptions {
   bool allow_timeout_override = false;
 };
 
-// Reads max_batch_size, dynamic_batching and its default_queue_policy.
-// InvalidArgument for contradictions (e.g. a preferred size > max_batch_size,
-// priority levels or a DELAY timeout action, which fuseserve does not support).
+// Reads max_batch_size, dynamic_batching and its default_queue_policy
+// (preferred sizes come back sorted largest first, without duplicates).
+// InvalidArgument for contradictions (a negative max_batch_size, a preferred
+// size outside [1, max_batch_size], a time that does not fit int64 µs) and for
+// what fuseserve does not support: priority levels > 1, priority queue
+// policies, a DELAY timeout action. preserve_ordering is accepted: every
+// response goes to its own unary call, so there is no stream to order.
 absl::StatusOr<BatcherOptions> BatcherOptionsFromConfig(const inference::ModelConfig& config);
 
 class DynamicBatcher {
  public:
-  // Starts one worker thread per instance. `metrics` receives the pending
-  // gauge; `clock` must outlive the batcher.
+  // Starts one worker thread per instance, plus one thread that answers
+  // requests whose deadline passes while they are queued. `metrics` (may be
+  // null) receives the pending gauge: +1 per queued request, -1 when it
+  // leaves the queue for any reason. `clock` must outlive the batcher.
   DynamicBatcher(BatcherOptions options, std::vector<std::unique_ptr<Instance>> instances,
                  Clock* clock, ModelMetrics* metrics);
 
@@ -66,17 +76,32 @@ class DynamicBatcher {
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
 
-  // Takes the request. Answers it at once with UNAVAILABLE when the queue is
-  // full ("... exceeds maximum queue size N") or the batcher is shutting down;
-  // otherwise it is answered by an instance or by expiry/cancellation.
+  // Takes the request and sets its `enqueued` timestamp. Answers it at once
+  // (on the calling thread) with UNAVAILABLE when the queue is full ("...
+  // exceeds maximum queue size of N"), the batcher is shutting down ("model
+  // is shutting down") or it has no instances, and with INVALID_ARGUMENT
+  // when its batch size exceeds max_batch_size. Otherwise it is answered by an instance (its batch's
+  // `exec_start` set when dispatched) or, without executing, with
+  // DEADLINE_EXCEEDED once min(request->deadline, enqueued + queue timeout)
+  // passes, CANCELLED once is_cancelled() returns true, or UNAVAILABLE if it
+  // is still queued at the shutdown deadline. The queue timeout is the
+  // policy's default_timeout (shortened by requested_timeout when
+  // allow_timeout_override), else requested_timeout. Expiry is noticed on
+  // time even while every instance is busy. `is_cancelled` is called with the
+  // batcher's lock held: it must be cheap and must not call into the batcher.
+  // on_complete and Instance::Execute are never called with the lock held.
   void Enqueue(std::unique_ptr<InferenceRequest> request);
 
-  // Stops accepting; queued and running requests finish until `deadline`,
-  // after which those still queued are answered UNAVAILABLE. Joins the
-  // workers. Idempotent.
+  // Stops accepting; queued and running requests finish until `deadline`
+  // (on the batcher's clock; queued ones are dispatched without waiting for
+  // fuller batches), after which those still queued are answered
+  // UNAVAILABLE. Returns once the queue is empty and no batch is running
+  // (a running batch is never interrupted). Idempotent; a later call may
+  // bring the deadline forward. Must not be called from on_complete or
+  // Instance::Execute (it joins the threads that call them).
   void Shutdown(absl::Time deadline);
 
-  // False once any instance became unhealthy.
+  // False once any instance became unhealthy (or if there is none).
   bool healthy() const;
 
   // Requests queued and not yet executing.

@@ -92,12 +92,17 @@ absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
                                   " raw_input_contents entries for 1 input"));
     }
     const std::string& raw = request.raw_input_contents(0);
-    const uint64_t expected_bytes = static_cast<uint64_t>(num_elements) * sizeof(float);
-    if (raw.size() != expected_bytes) {
+    // Compared in elements: num_elements * 4 can overflow for hostile shapes.
+    if (raw.size() % sizeof(float) != 0 ||
+        raw.size() / sizeof(float) != static_cast<uint64_t>(num_elements)) {
+      const std::string expected_bytes =
+          num_elements <= INT64_MAX / static_cast<int64_t>(sizeof(float))
+              ? absl::StrCat(num_elements * static_cast<int64_t>(sizeof(float)))
+              : "more than INT64_MAX";
       return Invalid(absl::StrCat("input \"", name, "\" has ", raw.size(),
-                                  " bytes of raw data, expected ", expected_bytes,
-                                  " (shape ", ShapeToString(decoded->input_shape),
-                                  " of FP32)"));
+                                  " bytes of raw data, expected ", expected_bytes, " (",
+                                  num_elements, " FP32 values of shape ",
+                                  ShapeToString(decoded->input_shape), ")"));
     }
     if (reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
       decoded->input = reinterpret_cast<const float*>(raw.data());

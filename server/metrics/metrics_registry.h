@@ -4,6 +4,26 @@
 // (names, help and labels as Triton's, units in the names), one ModelMetrics
 // per (model, version), process-level gauges, and the text exposition served
 // on GET /metrics.
+//
+// Families (labels model, version unless noted; see model_metrics.h for when
+// each is updated):
+//   counters   nv_inference_request_success
+//              nv_inference_request_failure            (+ reason = REJECTED |
+//                                                        CANCELED | BACKEND | OTHER)
+//              nv_inference_count, nv_inference_exec_count
+//              nv_inference_request_duration_us, nv_inference_queue_duration_us,
+//              nv_inference_compute_{input,infer,output}_duration_us (cumulative µs)
+//   gauges     nv_inference_pending_request_count
+//              nv_model_load_duration_secs
+//              nv_gpu_memory_used_bytes, nv_gpu_memory_total_bytes (gpu_uuid only)
+//   histograms nv_inference_{request,queue,compute_infer}_duration_histogram_us
+//                (µs; buckets 50, 100, 250, 500, 1000, ... 10000000: 1-2.5-5 per
+//                decade from 50 µs to 10 s, the names of Triton core PR #474)
+//              nv_inference_batch_size (batch size of each execution; buckets
+//                1, 2, 4, ..., 1024; not a Triton family: named like
+//                nv_inference_count, whose unit, inferences, it shares)
+// Every series of a model appears as soon as ForModel creates it, at zero, so
+// rate() and dashboards see the model before its first request.
 
 #include <cstdint>
 #include <memory>
@@ -20,7 +40,8 @@ class MetricsRegistry {
   static std::unique_ptr<MetricsRegistry> Create();
 
   // The metrics of (model, version), created on first use; the reference
-  // stays valid for the registry's lifetime.
+  // stays valid for the registry's lifetime. Takes a lock and a map lookup:
+  // call it once per model version and keep the reference.
   virtual ModelMetrics& ForModel(const std::string& model, const std::string& version) = 0;
 
   // nv_model_load_duration_secs{model, version}.

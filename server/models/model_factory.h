@@ -23,7 +23,7 @@ const std::vector<std::string>& KnownModelFamilies();
 // Creates the model for `config.platform()`. InvalidArgument (naming the
 // parameter, tensor or dimension) when the config or weights are not valid;
 // NotFound-style InvalidArgument when a weight tensor is missing.
-absl::StatusOr<std::unique_ptr<Model>> CreateModel(
-    const inference::ModelConfig& config, const SafetensorsFile& weights);
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const inference::ModelConfig& config,
+                                                   const SafetensorsFile& weights);
 
 }  // namespace fuseserve

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/shape.h"
 
@@ -26,7 +27,11 @@ struct SafetensorsTensor {
   std::string name;
   std::string dtype;  // "F32", "F16", "BF16", "F64", "I64", ...
   Shape shape;
-  const std::byte* data = nullptr;  // into the file's mapping
+  // Into the file's mapping; aligned to the element size (up to 8 bytes).
+  // When the file places a tensor at a misaligned offset the data points into
+  // an aligned copy owned by the SafetensorsFile instead, so a `const float*`
+  // obtained from it is always valid to dereference.
+  const std::byte* data = nullptr;
   size_t byte_size = 0;
 };
 
@@ -52,20 +57,26 @@ class SafetensorsFile {
   // was expected, e.g. `tensor "gemm.weight" in /m/1/model.safetensors has
   // shape [8192, 4096], expected [8192, 8192] (gemm.weight = [out_features,
   // in_features])`. `what` describes the expected shape in words (may be empty).
-  absl::StatusOr<const float*> GetF32(const std::string& name,
-                                      const Shape& expected_shape,
+  absl::StatusOr<const float*> GetF32(const std::string& name, const Shape& expected_shape,
                                       const std::string& what = "") const;
 
  private:
   SafetensorsFile() = default;
+  // Validates the image at base_/size_ and fills tensors_.
   absl::Status Parse();
+  // Points every misaligned tensor at an aligned copy of its data.
+  void AlignTensorData();
+  // InvalidArgument "invalid safetensors file <path>: <problem>".
+  absl::Status Invalid(const std::string& problem) const;
 
   std::string path_;
   const std::byte* base_ = nullptr;  // whole file
   size_t size_ = 0;
-  void* mapping_ = nullptr;          // mmap'ed region (null when owned_ is used)
-  std::string owned_;                // in-memory image
+  void* mapping_ = nullptr;  // mmap'ed region (null when owned_ is used)
+  std::string owned_;        // in-memory image
   std::map<std::string, SafetensorsTensor> tensors_;
+  // Aligned copies of tensors whose data is misaligned in the image.
+  std::vector<std::unique_ptr<std::byte[]>> aligned_copies_;
 };
 
 }  // namespace fuseserve

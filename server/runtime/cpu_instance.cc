@@ -46,7 +46,13 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
   }
   const absl::Status run = model_->RunOnCpu(input, input_shape, output, *pool_);
   const absl::Time infer_done = clock_->Now();
+  int64_t batch_size = 0;
+  for (const auto& request : batch) batch_size += request->batch_size;
   if (!run.ok()) {
+    if (metrics_ != nullptr) {
+      metrics_->RecordExecution(batch_size, input_done - start, infer_done - input_done,
+                                absl::ZeroDuration());
+    }
     CompleteBatch(batch, absl::Status(run.code(), absl::StrCat("instance ", name_,
                                                                 " failed: ", run.message())));
     return;
@@ -63,9 +69,7 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
   }
   const absl::Time output_done = clock_->Now();
 
-  int64_t batch_size = 0;
   for (auto& request : batch) {
-    batch_size += request->batch_size;
     request->timestamps.input_done = input_done;
     request->timestamps.infer_done = infer_done;
     request->timestamps.output_done = output_done;

@@ -1,0 +1,501 @@
+#include "server/grpc/infer_request_decoder.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace fuseserve {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+// The width the fake model refuses, to show that the model's own shape rules
+// are applied after the config's.
+constexpr int64_t kRejectedWidth = 13;
+
+// A model whose output doubles the last dimension of its input, so that the
+// decoded output shape can only have come from OutputShape.
+class FakeModel : public Model {
+ public:
+  const std::string& family() const override { return family_; }
+  Precision precision() const override { return Precision::kFp32; }
+  absl::StatusOr<Shape> OutputShape(const Shape& input_shape) const override {
+    if (input_shape.back() == kRejectedWidth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fake model cannot take width ", kRejectedWidth));
+    }
+    Shape output = input_shape;
+    output.back() *= 2;
+    return output;
+  }
+  absl::Status RunOnCpu(const float*, const Shape&, float*, ThreadPool&) const override {
+    return absl::UnimplementedError("the decoder never runs the model");
+  }
+
+ private:
+  std::string family_ = "fake";
+};
+
+inference::ModelConfig ParseConfig(const std::string& text) {
+  inference::ModelConfig config;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &config)) << text;
+  return config;
+}
+
+// Batches up to 4; full input shape [N, 3, W].
+inference::ModelConfig BatchingConfig() {
+  return ParseConfig(R"pb(
+    name: "m"
+    platform: "fake"
+    max_batch_size: 4
+    input {
+      name: "input"
+      data_type: TYPE_FP32
+      dims: [ 3, -1 ]
+    }
+    output {
+      name: "output"
+      data_type: TYPE_FP32
+      dims: [ 3, -1 ]
+    }
+  )pb");
+}
+
+// Does not batch; full input shape exactly [2, 3].
+inference::ModelConfig NonBatchingConfig() {
+  return ParseConfig(R"pb(
+    name: "m"
+    platform: "fake"
+    max_batch_size: 0
+    input {
+      name: "input"
+      data_type: TYPE_FP32
+      dims: [ 2, 3 ]
+    }
+    output {
+      name: "output"
+      data_type: TYPE_FP32
+      dims: [ 2, 6 ]
+    }
+  )pb");
+}
+
+std::vector<float> Iota(int64_t count) {
+  std::vector<float> values(count);
+  for (int64_t i = 0; i < count; ++i) values[i] = 0.5f * static_cast<float>(i);
+  return values;
+}
+
+std::string RawBytes(const std::vector<float>& values) {
+  std::string bytes(values.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// A request with one FP32 input named "input" of `shape`, no data.
+inference::ModelInferRequest RequestWithoutData(const Shape& shape) {
+  inference::ModelInferRequest request;
+  request.set_model_name("m");
+  auto* input = request.add_inputs();
+  input->set_name("input");
+  input->set_datatype("FP32");
+  for (int64_t dim : shape) input->add_shape(dim);
+  return request;
+}
+
+// A request carrying Iota data of `shape` in raw_input_contents.
+inference::ModelInferRequest RawRequest(const Shape& shape) {
+  inference::ModelInferRequest request = RequestWithoutData(shape);
+  request.add_raw_input_contents(RawBytes(Iota(NumElements(shape))));
+  return request;
+}
+
+// A request carrying Iota data of `shape` in contents.fp32_contents.
+inference::ModelInferRequest TypedRequest(const Shape& shape) {
+  inference::ModelInferRequest request = RequestWithoutData(shape);
+  for (float value : Iota(NumElements(shape))) {
+    request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(value);
+  }
+  return request;
+}
+
+class InferRequestDecoderTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<DecodedInferRequest> Decode(const inference::ModelInferRequest& request) {
+    return DecodeInferRequest(request, config_, model_);
+  }
+
+  // Asserts that decoding fails with InvalidArgument and returns the message.
+  std::string DecodeError(const inference::ModelInferRequest& request) {
+    absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+    EXPECT_FALSE(decoded.ok()) << "decoded a request that should have been rejected: "
+                               << request.ShortDebugString();
+    if (decoded.ok()) return "";
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument) << decoded.status();
+    return std::string(decoded.status().message());
+  }
+
+  inference::ModelConfig config_ = BatchingConfig();
+  FakeModel model_;
+};
+
+TEST_F(InferRequestDecoderTest, DecodesRawInputInPlaceWithoutCopying) {
+  const inference::ModelInferRequest request = RawRequest({2, 3, 5});
+  const std::string& raw = request.raw_input_contents(0);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(raw.data()) % alignof(float), 0u)
+      << "precondition: the message's bytes are float-aligned";
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->input_shape, (Shape{2, 3, 5}));
+  EXPECT_EQ(decoded->batch_size, 2);
+  EXPECT_EQ(decoded->output_shape, (Shape{2, 3, 10}));
+  EXPECT_EQ(static_cast<const void*>(decoded->input), static_cast<const void*>(raw.data()));
+  EXPECT_TRUE(decoded->aligned_copy.empty());
+  EXPECT_EQ(decoded->timeout, absl::ZeroDuration());
+}
+
+TEST_F(InferRequestDecoderTest, DecodesTypedFp32Contents) {
+  const inference::ModelInferRequest request = TypedRequest({1, 3, 2});
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->input_shape, (Shape{1, 3, 2}));
+  EXPECT_EQ(decoded->batch_size, 1);
+  EXPECT_EQ(decoded->output_shape, (Shape{1, 3, 4}));
+  ASSERT_NE(decoded->input, nullptr);
+  EXPECT_THAT(std::vector<float>(decoded->input, decoded->input + 6), ElementsAreArray(Iota(6)));
+}
+
+TEST_F(InferRequestDecoderTest, NonBatchingModelTakesConfigDimsAsFullShape) {
+  config_ = NonBatchingConfig();
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(RawRequest({2, 3}));
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->input_shape, (Shape{2, 3}));
+  EXPECT_EQ(decoded->batch_size, 1);
+  EXPECT_EQ(decoded->output_shape, (Shape{2, 6}));
+}
+
+TEST_F(InferRequestDecoderTest, NonBatchingModelRejectsBatchDimension) {
+  config_ = NonBatchingConfig();
+
+  EXPECT_THAT(DecodeError(RawRequest({1, 2, 3})), HasSubstr("rank"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsRequestWithoutInputs) {
+  inference::ModelInferRequest request;
+  request.set_model_name("m");
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("expects 1 input"), HasSubstr("has 0")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsRequestWithTwoInputs) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  *request.add_inputs() = request.inputs(0);
+  request.add_raw_input_contents(request.raw_input_contents(0));
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("expects 1 input"), HasSubstr("has 2")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsUnknownInputName) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  request.mutable_inputs(0)->set_name("INPUT0");
+
+  EXPECT_THAT(DecodeError(request),
+              AllOf(HasSubstr("unknown input \"INPUT0\""), HasSubstr("\"input\"")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsDatatypeOtherThanFp32) {
+  for (const char* datatype : {"FP16", "INT32", "fp32", ""}) {
+    inference::ModelInferRequest request = RawRequest({1, 3, 2});
+    request.mutable_inputs(0)->set_datatype(datatype);
+
+    EXPECT_THAT(DecodeError(request),
+                AllOf(HasSubstr(absl::StrCat("\"", datatype, "\"")), HasSubstr("FP32")))
+        << datatype;
+  }
+}
+
+TEST_F(InferRequestDecoderTest, RejectsWrongRank) {
+  EXPECT_THAT(DecodeError(RawRequest({1, 3})), AllOf(HasSubstr("rank 2"), HasSubstr("rank 3")));
+  EXPECT_THAT(DecodeError(RawRequest({1, 3, 2, 2})), HasSubstr("rank 4"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsFixedDimensionDifferentFromConfig) {
+  EXPECT_THAT(DecodeError(RawRequest({1, 4, 2})),
+              AllOf(HasSubstr("\"input\""), HasSubstr("[1, 4, 2]"), HasSubstr("dimension 1 is 4"),
+                    HasSubstr("expected 3")));
+}
+
+TEST_F(InferRequestDecoderTest, AcceptsAnyPositiveSizeForVariableDimension) {
+  for (int64_t width : {1, 2, 17}) {
+    absl::StatusOr<DecodedInferRequest> decoded = Decode(RawRequest({1, 3, width}));
+    ASSERT_TRUE(decoded.ok()) << "width " << width << ": " << decoded.status();
+    EXPECT_EQ(decoded->input_shape, (Shape{1, 3, width}));
+  }
+}
+
+TEST_F(InferRequestDecoderTest, RejectsNonPositiveDimensions) {
+  EXPECT_THAT(DecodeError(RequestWithoutData({1, 3, 0})),
+              AllOf(HasSubstr("dimension 2"), HasSubstr("positive")));
+  EXPECT_THAT(DecodeError(RequestWithoutData({1, 3, -1})),
+              AllOf(HasSubstr("dimension 2"), HasSubstr("positive")));
+  EXPECT_THAT(DecodeError(RequestWithoutData({1, -3, 2})), HasSubstr("dimension 1"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsBatchSizeZero) {
+  EXPECT_THAT(DecodeError(RequestWithoutData({0, 3, 2})),
+              AllOf(HasSubstr("dimension 0"), HasSubstr("positive")));
+}
+
+TEST_F(InferRequestDecoderTest, AcceptsBatchSizeUpToMaxBatchSize) {
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(RawRequest({4, 3, 2}));
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->batch_size, 4);
+}
+
+TEST_F(InferRequestDecoderTest, RejectsBatchSizeAboveMaxBatchSize) {
+  EXPECT_THAT(DecodeError(RawRequest({5, 3, 2})),
+              AllOf(HasSubstr("batch size 5"), HasSubstr("max_batch_size of 4")));
+}
+
+TEST_F(InferRequestDecoderTest, PropagatesModelRejectionOfShape) {
+  EXPECT_THAT(DecodeError(RawRequest({1, 3, kRejectedWidth})),
+              HasSubstr("fake model cannot take width 13"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsRawByteCountThatDoesNotMatchShape) {
+  inference::ModelInferRequest short_request = RawRequest({2, 3, 2});
+  short_request.mutable_raw_input_contents(0)->resize(11 * sizeof(float));
+  EXPECT_THAT(DecodeError(short_request),
+              AllOf(HasSubstr("\"input\""), HasSubstr("44 bytes"), HasSubstr("expected 48")));
+
+  inference::ModelInferRequest long_request = RawRequest({2, 3, 2});
+  long_request.mutable_raw_input_contents(0)->push_back('\0');
+  EXPECT_THAT(DecodeError(long_request), AllOf(HasSubstr("49 bytes"), HasSubstr("expected 48")));
+}
+
+// 2^62 elements are 2^64 bytes: a byte count that wraps to 0 in 64 bits must
+// not make an empty buffer look like the right size.
+TEST_F(InferRequestDecoderTest, RejectsShapeWhoseByteCountOverflows) {
+  config_ = ParseConfig(R"pb(
+    name: "m"
+    platform: "fake"
+    max_batch_size: 4
+    input {
+      name: "input"
+      data_type: TYPE_FP32
+      dims: [ 4, -1 ]
+    }
+    output {
+      name: "output"
+      data_type: TYPE_FP32
+      dims: [ 4, -1 ]
+    }
+  )pb");
+  inference::ModelInferRequest request = RequestWithoutData({4, 4, int64_t{1} << 58});
+  request.add_raw_input_contents("");
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("\"input\""));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsRawAndTypedContentsTogether) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  for (float value : Iota(6)) {
+    request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(value);
+  }
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("contents"), HasSubstr("raw_input_contents")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsMoreRawEntriesThanInputs) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  request.add_raw_input_contents(request.raw_input_contents(0));
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("2 raw_input_contents"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsWrongNumberOfFp32Contents) {
+  inference::ModelInferRequest request = TypedRequest({1, 3, 2});
+  request.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("7 fp32_contents"), HasSubstr("expected 6")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsTypedContentsOfOtherDatatypes) {
+  struct Case {
+    const char* field;
+    void (*fill)(inference::InferTensorContents*);
+  };
+  const Case cases[] = {
+      {"bool_contents", [](inference::InferTensorContents* c) { c->add_bool_contents(true); }},
+      {"int_contents", [](inference::InferTensorContents* c) { c->add_int_contents(1); }},
+      {"int64_contents", [](inference::InferTensorContents* c) { c->add_int64_contents(1); }},
+      {"uint_contents", [](inference::InferTensorContents* c) { c->add_uint_contents(1); }},
+      {"uint64_contents", [](inference::InferTensorContents* c) { c->add_uint64_contents(1); }},
+      {"fp64_contents", [](inference::InferTensorContents* c) { c->add_fp64_contents(1.0); }},
+      {"bytes_contents", [](inference::InferTensorContents* c) { c->add_bytes_contents("x"); }},
+  };
+  for (const Case& test_case : cases) {
+    inference::ModelInferRequest typed = TypedRequest({1, 3, 2});
+    test_case.fill(typed.mutable_inputs(0)->mutable_contents());
+    EXPECT_THAT(DecodeError(typed), HasSubstr(test_case.field)) << "beside fp32_contents";
+
+    inference::ModelInferRequest alone = RequestWithoutData({1, 3, 2});
+    test_case.fill(alone.mutable_inputs(0)->mutable_contents());
+    EXPECT_THAT(DecodeError(alone), HasSubstr(test_case.field)) << "alone";
+  }
+}
+
+TEST_F(InferRequestDecoderTest, RejectsInputWithoutData) {
+  EXPECT_THAT(DecodeError(RequestWithoutData({1, 3, 2})),
+              AllOf(HasSubstr("\"input\""), HasSubstr("no data")));
+}
+
+TEST_F(InferRequestDecoderTest, AcceptsRequestedOutputByName) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  request.add_outputs()->set_name("output");
+
+  EXPECT_TRUE(Decode(request).ok());
+}
+
+TEST_F(InferRequestDecoderTest, RejectsUnknownRequestedOutput) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  request.add_outputs()->set_name("OUTPUT0");
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("unknown output \"OUTPUT0\""));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsOutputRequestedTwice) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  request.add_outputs()->set_name("output");
+  request.add_outputs()->set_name("output");
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("more than once"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsSharedMemoryInput) {
+  inference::ModelInferRequest request = RequestWithoutData({1, 3, 2});
+  auto& parameters = *request.mutable_inputs(0)->mutable_parameters();
+  parameters["shared_memory_region"].set_string_param("region0");
+  parameters["shared_memory_byte_size"].set_int64_param(24);
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("shared memory"));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsSharedMemoryOutput) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  auto* output = request.add_outputs();
+  output->set_name("output");
+  (*output->mutable_parameters())["shared_memory_region"].set_string_param("region0");
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"output\""), HasSubstr("shared memory")));
+}
+
+TEST_F(InferRequestDecoderTest, ReadsTimeoutParameterInMicroseconds) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  (*request.mutable_parameters())["timeout"].set_int64_param(1500);
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->timeout, absl::Microseconds(1500));
+
+  (*request.mutable_parameters())["timeout"].set_uint64_param(2500);
+  decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->timeout, absl::Microseconds(2500));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsNegativeTimeout) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  (*request.mutable_parameters())["timeout"].set_int64_param(-1);
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"timeout\""), HasSubstr("negative")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsTimeoutAboveInt64Range) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  (*request.mutable_parameters())["timeout"].set_uint64_param(uint64_t{1} << 63);
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("\"timeout\""));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsTimeoutOfWrongType) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  auto& timeout = (*request.mutable_parameters())["timeout"];
+
+  timeout.set_string_param("1000");
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"timeout\""), HasSubstr("int64_param")));
+  timeout.set_double_param(1000.0);
+  EXPECT_THAT(DecodeError(request), HasSubstr("\"timeout\""));
+  timeout.set_bool_param(true);
+  EXPECT_THAT(DecodeError(request), HasSubstr("\"timeout\""));
+}
+
+TEST_F(InferRequestDecoderTest, AcceptsPriorityParameter) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  (*request.mutable_parameters())["priority"].set_int64_param(1);
+  EXPECT_TRUE(Decode(request).ok());
+
+  (*request.mutable_parameters())["priority"].set_uint64_param(0);
+  EXPECT_TRUE(Decode(request).ok());
+}
+
+TEST_F(InferRequestDecoderTest, RejectsSequenceParametersWhenSet) {
+  for (const char* key : {"sequence_id", "sequence_start", "sequence_end"}) {
+    inference::ModelInferRequest request = RawRequest({1, 3, 2});
+    auto& parameter = (*request.mutable_parameters())[key];
+
+    parameter.set_bool_param(true);
+    EXPECT_THAT(DecodeError(request), AllOf(HasSubstr(key), HasSubstr("sequence batching")));
+    parameter.set_int64_param(7);
+    EXPECT_THAT(DecodeError(request), HasSubstr(key));
+    parameter.set_uint64_param(7);
+    EXPECT_THAT(DecodeError(request), HasSubstr(key));
+    parameter.set_string_param("correlation-7");
+    EXPECT_THAT(DecodeError(request), HasSubstr(key));
+  }
+}
+
+// tritonclient may send the sequence parameters at their "no sequence" values.
+TEST_F(InferRequestDecoderTest, AcceptsSequenceParametersAtTheirUnsetValues) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  auto& parameters = *request.mutable_parameters();
+  parameters["sequence_id"].set_uint64_param(0);
+  parameters["sequence_start"].set_bool_param(false);
+  parameters["sequence_end"].set_bool_param(false);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+  EXPECT_TRUE(decoded.ok()) << decoded.status();
+}
+
+TEST_F(InferRequestDecoderTest, IgnoresParametersThatDoNotChangeTheResult) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  auto& parameters = *request.mutable_parameters();
+  parameters["binary_data_output"].set_bool_param(true);
+  parameters["user_tag"].set_string_param("abc");
+  request.add_outputs()->set_name("output");
+  (*request.mutable_outputs(0)->mutable_parameters())["binary_data"].set_bool_param(true);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_THAT(decoded->output_shape, ElementsAre(1, 3, 4));
+}
+
+}  // namespace
+}  // namespace fuseserve

@@ -1,0 +1,33 @@
+#pragma once
+
+// A fresh directory per test under ::testing::TempDir(), removed (with
+// everything in it) when the object goes out of scope.
+
+#include <string>
+
+namespace fuseserve {
+
+class TestDir {
+ public:
+  TestDir();
+  ~TestDir();
+  TestDir(const TestDir&) = delete;
+  TestDir& operator=(const TestDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // <path()>/<relative>.
+  std::string Path(const std::string& relative) const;
+
+  // Creates <path()>/<relative> and its parents; returns its path.
+  std::string MakeDir(const std::string& relative) const;
+
+  // Writes `contents` to <path()>/<relative>, creating parent directories;
+  // returns its path.
+  std::string WriteFile(const std::string& relative, const std::string& contents) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace fuseserve
