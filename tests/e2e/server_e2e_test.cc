@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "client/default_repository.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -377,6 +378,69 @@ TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
                                      absl::Seconds(20));
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(std::string(server.status().message()), HasSubstr("/nonexistent/repository"));
+}
+
+}  // namespace
+}  // namespace fuseserve
+
+namespace fuseserve {
+namespace {
+
+// SIGTERM with requests queued and running: every accepted request is
+// answered OK, then the server exits 0 (SPEC.md §7).
+TEST(ServerE2eShutdownTest, SigtermDrainsQueuedAndRunningRequests) {
+  const std::string repository = MakeRepository();
+  auto server = ServerProcess::Start(FUSESERVE_BINARY, repository);
+  ASSERT_TRUE(server.ok()) << server.status();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(INT32_MAX);
+  args.SetMaxSendMessageSize(INT32_MAX);
+  auto channel = grpc::CreateCustomChannel((*server)->grpc_target(),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+
+  // Large enough that the two CPU instances need a while for all of them.
+  constexpr int kRequests = 8;
+  const Shape shape = {1, 8, 512, 512};
+  const inference::ModelInferRequest request =
+      MakeRequest(kGroupNorm, shape, RandomValues(NumElements(shape), 5));
+  struct Call {
+    grpc::ClientContext context;
+    inference::ModelInferResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kRequests; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    stub->async()->ModelInfer(&call->context, &request, &call->response,
+                              [call](grpc::Status status) {
+                                call->status = std::move(status);
+                                call->done.Notify();
+                              });
+  }
+  // Wait until the server holds requests in its queue, then stop it.
+  httplib::Client http("127.0.0.1", (*server)->metrics_port());
+  const std::map<std::string, std::string> labels = {{"model", kGroupNorm}, {"version", "1"}};
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    auto metrics = http.Get("/metrics");
+    if (metrics && MetricValue(metrics->body, "nv_inference_pending_request_count", labels) > 0) {
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::StatusOr<int> exit_code = (*server)->Terminate();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*server)->Log();
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    EXPECT_TRUE(call->status.ok()) << call->status.error_message();
+    EXPECT_EQ(call->response.raw_output_contents(0).size(), NumElements(shape) * sizeof(float));
+  }
+  EXPECT_THAT((*server)->Log(), HasSubstr("draining"));
+  std::filesystem::remove_all(repository);
 }
 
 }  // namespace
