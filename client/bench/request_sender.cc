@@ -1,0 +1,98 @@
+#include "client/bench/request_sender.h"
+
+#include <chrono>
+#include <climits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fuseserve::client {
+
+struct RequestSender::Call {
+  grpc::ClientContext context;
+  inference::ModelInferResponse response;
+  std::chrono::steady_clock::time_point start;
+  Done done;
+};
+
+std::shared_ptr<grpc::Channel> CreateBenchChannel(const std::string& target, int channel_index) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxSendMessageSize(INT_MAX);
+  arguments.SetMaxReceiveMessageSize(INT_MAX);
+  // gRPC reuses a subchannel (one TCP connection) for channels whose
+  // arguments are equal; a per-channel argument and a local subchannel pool
+  // give every channel its own connection.
+  arguments.SetInt("fuseserve.bench_channel_index", channel_index);
+  arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+}
+
+RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
+                             std::vector<inference::ModelInferRequest> requests,
+                             absl::Duration timeout)
+    : channels_(std::move(channels)), requests_(std::move(requests)), timeout_(timeout) {
+  for (const auto& channel : channels_) {
+    stubs_.push_back(inference::GRPCInferenceService::NewStub(channel));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
+    const std::string& target, int num_channels, std::vector<inference::ModelInferRequest> requests,
+    absl::Duration timeout, absl::Duration connect_timeout) {
+  if (num_channels <= 0) return absl::InvalidArgumentError("at least one channel is needed");
+  if (requests.empty()) return absl::InvalidArgumentError("at least one request is needed");
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  const absl::Time deadline = absl::Now() + connect_timeout;
+  for (int i = 0; i < num_channels; ++i) {
+    channels.push_back(CreateBenchChannel(target, i));
+    if (!channels.back()->WaitForConnected(absl::ToChronoTime(deadline))) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", target, " within ",
+                                                 absl::FormatDuration(connect_timeout)));
+    }
+  }
+  return std::unique_ptr<RequestSender>(
+      new RequestSender(std::move(channels), std::move(requests), timeout));
+}
+
+RequestSender::~RequestSender() {
+  CancelAll();
+  absl::MutexLock lock(&in_flight_->mu);
+  in_flight_->mu.Await(absl::Condition(
+      +[](std::set<Call*>* calls) { return calls->empty(); }, &in_flight_->calls));
+}
+
+void RequestSender::Send(Done done) {
+  const uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
+  const inference::ModelInferRequest& request = requests_[n % requests_.size()];
+  auto& stub = *stubs_[n % stubs_.size()];
+  auto* call = new Call;
+  call->done = std::move(done);
+  if (timeout_ > absl::ZeroDuration()) {
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  }
+  {
+    absl::MutexLock lock(&in_flight_->mu);
+    in_flight_->calls.insert(call);
+  }
+  call->start = std::chrono::steady_clock::now();
+  // The call leaves the in-flight set last: until then the destructor waits,
+  // so `done` may still Send; afterwards only `in_flight` (kept alive by this
+  // callback) is touched.
+  stub.async()->ModelInfer(
+      &call->context, &request, &call->response,
+      [in_flight = in_flight_, call](grpc::Status status) {
+        const auto latency = std::chrono::steady_clock::now() - call->start;
+        call->done(static_cast<int>(status.error_code()),
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count());
+        absl::MutexLock lock(&in_flight->mu);
+        in_flight->calls.erase(call);
+        delete call;
+      });
+}
+
+void RequestSender::CancelAll() {
+  absl::MutexLock lock(&in_flight_->mu);
+  for (Call* call : in_flight_->calls) call->context.TryCancel();
+}
+
+}  // namespace fuseserve::client

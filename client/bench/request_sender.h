@@ -1,0 +1,79 @@
+#pragma once
+
+// The hot path of the load generator: pre-built ModelInferRequests sent with
+// the generated stub's callback API over several channels, each its own HTTP/2
+// connection (distinct channel arguments keep gRPC from sharing one
+// subchannel), with INT32_MAX message sizes. Sending never blocks.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/grpc_service.grpc.pb.h"
+
+namespace fuseserve::client {
+
+// A channel with INT32_MAX message sizes; `channel_index` makes its
+// arguments, and therefore its connection, distinct from the others.
+std::shared_ptr<grpc::Channel> CreateBenchChannel(const std::string& target, int channel_index);
+
+// Owns the load channels. Its callbacks never own it: gRPC 1.51 aborts when
+// the last reference to a channel that used the callback API is dropped on
+// one of the callback threads (grpc/grpc#32584: the channel then shuts down
+// the thread pool it runs on), so the channels are always destroyed by the
+// owner's thread, after every callback has finished.
+class RequestSender {
+ public:
+  // `code` is the grpc::StatusCode value (0 = OK); latency is end to end as
+  // the client saw it, from just before the call starts to its callback.
+  using Done = std::function<void(int code, int64_t latency_ns)>;
+
+  // Opens `num_channels` channels to `target` and waits (up to
+  // `connect_timeout`) until each is connected. `requests` are sent
+  // round-robin; each call gets `timeout` as its deadline (0 = none).
+  static absl::StatusOr<std::unique_ptr<RequestSender>> Connect(
+      const std::string& target, int num_channels,
+      std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
+      absl::Duration connect_timeout = absl::Seconds(10));
+
+  // Cancels the calls still in flight and waits for all their callbacks.
+  // Destroy only after every load driver using the sender has stopped (a
+  // callback that sends again would keep it waiting).
+  ~RequestSender();
+
+  // Starts one call; `done` runs once, on a gRPC thread (it may Send again).
+  void Send(Done done);
+
+  // Cancels every call still in flight (their `done` then reports CANCELLED).
+  void CancelAll();
+
+ private:
+  struct Call;
+  // The calls in flight; shared with the callbacks so that the last one can
+  // still unlock the mutex after the owner stopped waiting.
+  struct InFlight {
+    absl::Mutex mu;
+    std::set<Call*> calls ABSL_GUARDED_BY(mu);
+  };
+
+  RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
+                std::vector<inference::ModelInferRequest> requests, absl::Duration timeout);
+
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs_;
+  const std::vector<inference::ModelInferRequest> requests_;
+  const absl::Duration timeout_;
+  std::atomic<uint64_t> next_{0};
+  const std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
+};
+
+}  // namespace fuseserve::client

@@ -1,0 +1,271 @@
+#include "client/client.h"
+
+#include <climits>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace fuseserve::client {
+namespace {
+
+// absl::StatusCode and grpc::StatusCode share their numbering (both follow
+// google.rpc.Code), so the server's code passes through unchanged.
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
+  if (timeout != absl::InfiniteDuration()) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+}
+
+// Runs one unary RPC with a deadline and converts its status.
+template <typename Request, typename Response, typename Method>
+absl::StatusOr<Response> Call(Method method, const Request& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(context, timeout);
+  Response response;
+  RETURN_IF_ERROR(FromGrpc(method(&context, request, &response)));
+  return response;
+}
+
+absl::StatusOr<inference::ModelInferRequest> BuildRequest(const std::string& model,
+                                                          const std::vector<Tensor>& inputs,
+                                                          const InferOptions& options) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  request.set_model_version(options.model_version);
+  request.set_id(options.request_id);
+  for (const Tensor& tensor : inputs) {
+    ASSIGN_OR_RETURN(const int64_t count, CheckedNumElements(tensor.shape));
+    if (static_cast<size_t>(count) != tensor.data.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input \"", tensor.name, "\": shape ", ShapeToString(tensor.shape),
+                       " holds ", count, " values, the tensor has ", tensor.data.size()));
+    }
+    auto* input = request.add_inputs();
+    input->set_name(tensor.name);
+    input->set_datatype("FP32");
+    for (int64_t dim : tensor.shape) input->add_shape(dim);
+    request.add_raw_input_contents(reinterpret_cast<const char*>(tensor.data.data()),
+                                   tensor.data.size() * sizeof(float));
+  }
+  for (const std::string& name : options.outputs) request.add_outputs()->set_name(name);
+  if (options.queue_timeout > absl::ZeroDuration()) {
+    (*request.mutable_parameters())["timeout"].set_int64_param(
+        absl::ToInt64Microseconds(options.queue_timeout));
+  }
+  return request;
+}
+
+// Outputs come from raw_output_contents, index-aligned with `outputs` (what
+// the protocol requires of every server); typed fp32_contents are accepted
+// from servers that send no raw entries at all.
+absl::StatusOr<InferResult> DecodeResponse(const inference::ModelInferResponse& response) {
+  InferResult result;
+  result.model_name = response.model_name();
+  result.model_version = response.model_version();
+  result.id = response.id();
+  const bool raw = response.raw_output_contents_size() > 0;
+  if (raw && response.raw_output_contents_size() != response.outputs_size()) {
+    return absl::InternalError(absl::StrCat("the response has ", response.outputs_size(),
+                                            " outputs but ", response.raw_output_contents_size(),
+                                            " raw_output_contents entries"));
+  }
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& output = response.outputs(i);
+    if (output.datatype() != "FP32") {
+      return absl::UnimplementedError(absl::StrCat("output \"", output.name(), "\" has datatype ",
+                                                   output.datatype(), "; only FP32 is supported"));
+    }
+    Tensor tensor;
+    tensor.name = output.name();
+    tensor.shape.assign(output.shape().begin(), output.shape().end());
+    const absl::StatusOr<int64_t> count = CheckedNumElements(tensor.shape);
+    if (!count.ok()) {
+      return absl::InternalError(
+          absl::StrCat("output \"", output.name(), "\": ", count.status().message()));
+    }
+    if (raw) {
+      const std::string& bytes = response.raw_output_contents(i);
+      if (bytes.size() != static_cast<size_t>(*count) * sizeof(float)) {
+        return absl::InternalError(absl::StrCat(
+            "output \"", output.name(), "\": shape ", ShapeToString(tensor.shape), " needs ",
+            *count * sizeof(float), " bytes, raw_output_contents has ", bytes.size()));
+      }
+      tensor.data.resize(*count);
+      if (*count > 0) std::memcpy(tensor.data.data(), bytes.data(), bytes.size());
+    } else {
+      const auto& values = output.contents().fp32_contents();
+      if (values.size() != *count) {
+        return absl::InternalError(absl::StrCat("output \"", output.name(), "\": shape ",
+                                                ShapeToString(tensor.shape), " holds ", *count,
+                                                " values, fp32_contents has ", values.size()));
+      }
+      tensor.data.assign(values.begin(), values.end());
+    }
+    result.outputs.push_back(std::move(tensor));
+  }
+  return result;
+}
+
+// One asynchronous call's state, alive until its callback has run.
+struct AsyncCall {
+  grpc::ClientContext context;
+  inference::ModelInferRequest request;
+  inference::ModelInferResponse response;
+  std::function<void(absl::StatusOr<InferResult>)> done;
+};
+
+}  // namespace
+
+std::unique_ptr<Client> Client::Create(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(INT_MAX);
+  args.SetMaxReceiveMessageSize(INT_MAX);
+  return std::unique_ptr<Client>(
+      new Client(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel)
+    : channel_(std::move(channel)), stub_(inference::GRPCInferenceService::NewStub(channel_)) {}
+
+inference::GRPCInferenceService::Stub& Client::stub() { return *stub_; }
+
+absl::StatusOr<bool> Client::ServerLive(absl::Duration timeout) {
+  ASSIGN_OR_RETURN(
+      auto response,
+      (Call<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+          [this](auto* c, const auto& q, auto* r) { return stub_->ServerLive(c, q, r); },
+          inference::ServerLiveRequest(), timeout)));
+  return response.live();
+}
+
+absl::StatusOr<bool> Client::ServerReady(absl::Duration timeout) {
+  ASSIGN_OR_RETURN(
+      auto response,
+      (Call<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+          [this](auto* c, const auto& q, auto* r) { return stub_->ServerReady(c, q, r); },
+          inference::ServerReadyRequest(), timeout)));
+  return response.ready();
+}
+
+absl::StatusOr<bool> Client::ModelReady(const std::string& model, const std::string& version,
+                                        absl::Duration timeout) {
+  inference::ModelReadyRequest request;
+  request.set_name(model);
+  request.set_version(version);
+  ASSIGN_OR_RETURN(
+      auto response,
+      (Call<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+          [this](auto* c, const auto& q, auto* r) { return stub_->ModelReady(c, q, r); }, request,
+          timeout)));
+  return response.ready();
+}
+
+absl::StatusOr<inference::ServerMetadataResponse> Client::ServerMetadata(absl::Duration timeout) {
+  return Call<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->ServerMetadata(c, q, r); },
+      inference::ServerMetadataRequest(), timeout);
+}
+
+absl::StatusOr<inference::ModelMetadataResponse> Client::ModelMetadata(const std::string& model,
+                                                                       const std::string& version,
+                                                                       absl::Duration timeout) {
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  request.set_version(version);
+  return Call<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->ModelMetadata(c, q, r); }, request,
+      timeout);
+}
+
+absl::StatusOr<inference::ModelConfigResponse> Client::ModelConfig(const std::string& model,
+                                                                   const std::string& version,
+                                                                   absl::Duration timeout) {
+  inference::ModelConfigRequest request;
+  request.set_name(model);
+  request.set_version(version);
+  return Call<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->ModelConfig(c, q, r); }, request,
+      timeout);
+}
+
+absl::StatusOr<inference::ModelStatisticsResponse> Client::ModelStatistics(
+    const std::string& model, const std::string& version, absl::Duration timeout) {
+  inference::ModelStatisticsRequest request;
+  request.set_name(model);
+  request.set_version(version);
+  return Call<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->ModelStatistics(c, q, r); }, request,
+      timeout);
+}
+
+absl::StatusOr<inference::RepositoryIndexResponse> Client::RepositoryIndex(absl::Duration timeout) {
+  return Call<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->RepositoryIndex(c, q, r); },
+      inference::RepositoryIndexRequest(), timeout);
+}
+
+absl::StatusOr<InferResult> Client::Infer(const std::string& model,
+                                          const std::vector<Tensor>& inputs,
+                                          const InferOptions& options) {
+  ASSIGN_OR_RETURN(const inference::ModelInferRequest request,
+                   BuildRequest(model, inputs, options));
+  ASSIGN_OR_RETURN(
+      const auto response,
+      (Call<inference::ModelInferRequest, inference::ModelInferResponse>(
+          [this](auto* c, const auto& q, auto* r) { return stub_->ModelInfer(c, q, r); }, request,
+          options.timeout)));
+  return DecodeResponse(response);
+}
+
+void Client::AsyncInfer(const std::string& model, const std::vector<Tensor>& inputs,
+                        const InferOptions& options,
+                        std::function<void(absl::StatusOr<InferResult>)> done) {
+  absl::StatusOr<inference::ModelInferRequest> request = BuildRequest(model, inputs, options);
+  if (!request.ok()) {
+    done(request.status());
+    return;
+  }
+  auto* call = new AsyncCall;
+  call->request = *std::move(request);
+  call->done = std::move(done);
+  SetDeadline(call->context, options.timeout);
+  {
+    absl::MutexLock lock(&mutex_);
+    ++async_in_flight_;
+  }
+  stub_->async()->ModelInfer(
+      &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
+        absl::Status converted = FromGrpc(status);
+        absl::StatusOr<InferResult> result =
+            converted.ok() ? DecodeResponse(call->response) : std::move(converted);
+        std::function<void(absl::StatusOr<InferResult>)> done = std::move(call->done);
+        // The call's state goes before the count drops (see async_in_flight_);
+        // the count drops before `done` runs, so that a `done` which lets its
+        // owner go on to destroy the Client cannot hold up the destructor.
+        delete call;
+        {
+          absl::MutexLock lock(&mutex_);
+          --async_in_flight_;
+        }
+        done(std::move(result));
+      });
+}
+
+Client::~Client() {
+  absl::MutexLock lock(&mutex_);
+  mutex_.Await(absl::Condition(
+      +[](int* in_flight) { return *in_flight == 0; }, &async_in_flight_));
+}
+
+}  // namespace fuseserve::client

@@ -1,0 +1,103 @@
+#pragma once
+
+// A typed C++ client for fuseserve (and any KServe v2 / Triton gRPC server):
+// health, metadata, config, statistics and inference, sync and async, with
+// deadlines and INT32_MAX message sizes. Errors come back as absl::Status
+// carrying the server's gRPC code and message.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/shape.h"
+#include "grpcpp/channel.h"
+#include "proto/grpc_service.grpc.pb.h"
+
+namespace fuseserve::client {
+
+// A float32 tensor in host memory, row-major.
+struct Tensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> data;
+};
+
+struct InferOptions {
+  std::string model_version;  // empty = the server's choice
+  std::string request_id;
+  absl::Duration timeout = absl::InfiniteDuration();    // gRPC deadline from the call
+  absl::Duration queue_timeout = absl::ZeroDuration();  // the `timeout` request parameter; 0 = none
+  std::vector<std::string> outputs;                     // empty = all outputs
+};
+
+struct InferResult {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  std::vector<Tensor> outputs;  // in the response's order
+};
+
+class Client {
+ public:
+  // Connects lazily to `target` ("host:port").
+  static std::unique_ptr<Client> Create(const std::string& target);
+
+  // Waits until every AsyncInfer call has finished (its `done` may still be
+  // running). Do not destroy a Client from inside a `done` callback.
+  ~Client();
+
+  absl::StatusOr<bool> ServerLive(absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<bool> ServerReady(absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<bool> ModelReady(const std::string& model, const std::string& version = "",
+                                  absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<inference::ServerMetadataResponse> ServerMetadata(
+      absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(
+      const std::string& model, const std::string& version = "",
+      absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<inference::ModelConfigResponse> ModelConfig(
+      const std::string& model, const std::string& version = "",
+      absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<inference::ModelStatisticsResponse> ModelStatistics(
+      const std::string& model = "", const std::string& version = "",
+      absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<inference::RepositoryIndexResponse> RepositoryIndex(
+      absl::Duration timeout = absl::Seconds(10));
+
+  // Synchronous inference: inputs sent as raw_input_contents.
+  absl::StatusOr<InferResult> Infer(const std::string& model, const std::vector<Tensor>& inputs,
+                                    const InferOptions& options = {});
+
+  // Asynchronous inference: `done` is called once, on a gRPC thread (or on
+  // the calling thread before AsyncInfer returns when `inputs` are invalid).
+  // Thread-safe; any number of calls may be outstanding.
+  void AsyncInfer(const std::string& model, const std::vector<Tensor>& inputs,
+                  const InferOptions& options,
+                  std::function<void(absl::StatusOr<InferResult>)> done);
+
+  // The underlying stub, for callers that build requests themselves (the
+  // load generator pre-serialises its requests).
+  inference::GRPCInferenceService::Stub& stub();
+
+ private:
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
+
+  // AsyncInfer calls whose gRPC state (ClientContext) still exists. A
+  // ClientContext holds a reference to the channel; if the last one were
+  // dropped on gRPC's callback thread, the channel's teardown would join that
+  // very thread (grpc/grpc#37858) and crash. The destructor therefore waits
+  // for this to reach zero, so the channel always dies on the caller's thread.
+  absl::Mutex mutex_;
+  int async_in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace fuseserve::client

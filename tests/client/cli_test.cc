@@ -1,0 +1,380 @@
+// The built fuseserve-cli binary against the real server (small default
+// repository, ephemeral ports): every subcommand, exit codes, .npy in and
+// out, and NumPy interoperability.
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "client/client.h"
+#include "client/npy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/client/test_server.h"
+
+namespace fuseserve::client {
+namespace {
+
+using fuseserve::testing::kGemmModel;
+using fuseserve::testing::kGroupNormModel;
+using fuseserve::testing::kSlowModel;
+using fuseserve::testing::RandomValues;
+using fuseserve::testing::ReferenceOutput;
+using fuseserve::testing::RelativeL2Error;
+using fuseserve::testing::TestServer;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string ShellQuote(const std::string& arg) {
+  return "'" + absl::StrReplaceAll(arg, {{"'", "'\\''"}}) + "'";
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto server = fuseserve::testing::StartTestServer(FUSESERVE_BINARY);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = server->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr);
+    url_ = server_->process->grpc_target();
+    directory_ = (std::filesystem::path(::testing::TempDir()) /
+                  absl::StrCat("cli-test-", ::getpid(), "-",
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                     .string();
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::string Path(const std::string& name) const { return directory_ + "/" + name; }
+
+  // Runs fuseserve-cli with `args` (no shell interpretation of the args).
+  CliResult Run(const std::vector<std::string>& args) const {
+    std::vector<std::string> quoted = {ShellQuote(FUSESERVE_CLI)};
+    for (const std::string& arg : args) quoted.push_back(ShellQuote(arg));
+    const std::string out = Path("stdout.txt"), err = Path("stderr.txt");
+    const std::string command =
+        absl::StrCat(absl::StrJoin(quoted, " "), " >", ShellQuote(out), " 2>", ShellQuote(err));
+    const int status = std::system(command.c_str());
+    CliResult result;
+    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    result.out = ReadFile(out);
+    result.err = ReadFile(err);
+    return result;
+  }
+
+  // Runs a subcommand against the test server (--url given globally).
+  CliResult RunOnServer(std::vector<std::string> args) const {
+    args.insert(args.begin(), {"--url", url_});
+    return Run(args);
+  }
+
+  static TestServer* server_;
+  std::string url_;
+  std::string directory_;
+};
+
+TestServer* CliTest::server_ = nullptr;
+
+TEST_F(CliTest, EveryCommandHasHelp) {
+  for (const std::string command :
+       {"health", "metadata", "config", "stats", "infer", "make-repository", "bench"}) {
+    const CliResult result = Run({command, "--help"});
+    EXPECT_EQ(result.exit_code, 0) << command << ": " << result.err;
+    EXPECT_THAT(result.out, HasSubstr("Usage")) << command;
+    EXPECT_THAT(result.out, HasSubstr(command)) << command;
+  }
+  const CliResult top = Run({"--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_THAT(top.out, HasSubstr("Commands:"));
+}
+
+TEST_F(CliTest, BadCommandLinesExitWithTwo) {
+  EXPECT_EQ(Run({}).exit_code, 2);
+  const CliResult unknown = Run({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command \"frobnicate\""));
+  const CliResult unknown_flag = RunOnServer({"health", "--verbose"});
+  EXPECT_EQ(unknown_flag.exit_code, 2);
+  EXPECT_THAT(unknown_flag.err, HasSubstr("unknown option --verbose"));
+  EXPECT_EQ(RunOnServer({"metadata"}).exit_code, 2);
+  EXPECT_EQ(RunOnServer({"stats", "a", "b"}).exit_code, 2);
+  EXPECT_EQ(Run({"make-repository"}).exit_code, 2);
+}
+
+TEST_F(CliTest, HealthReportsServerAndEveryModel) {
+  const CliResult result = RunOnServer({"health"});
+  EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_THAT(result.out, HasSubstr("server live:  true"));
+  EXPECT_THAT(result.out, HasSubstr("server ready: true"));
+  for (const char* model : {kGemmModel, kGroupNormModel, kSlowModel}) {
+    EXPECT_THAT(result.out, HasSubstr(absl::StrCat("model ", model))) << result.out;
+  }
+  EXPECT_THAT(result.out, Not(HasSubstr("NOT READY")));
+}
+
+TEST_F(CliTest, HealthFailsForAnUnknownModelAndAnUnreachableServer) {
+  const CliResult known = RunOnServer({"health", "--model", kGroupNormModel});
+  EXPECT_EQ(known.exit_code, 0) << known.err;
+  EXPECT_THAT(known.out, HasSubstr("model groupnorm: ready"));
+
+  const CliResult unknown =
+      RunOnServer({"health", "--model", kGroupNormModel, "--model", "no_such_model"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.out, HasSubstr("model no_such_model: NOT READY"));
+
+  const CliResult unreachable = Run({"health", "--url", "127.0.0.1:1"});
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_THAT(unreachable.err, HasSubstr("UNAVAILABLE"));
+}
+
+TEST_F(CliTest, UrlIsAcceptedBeforeAndAfterTheCommand) {
+  EXPECT_EQ(Run({"--url=" + url_, "health", "--model", kGroupNormModel}).exit_code, 0);
+  EXPECT_EQ(Run({"health", "--model", kGroupNormModel, "--url", url_}).exit_code, 0);
+  // The command's own --url overrides the global one.
+  EXPECT_EQ(Run({"--url", "127.0.0.1:1", "health", "--url", url_}).exit_code, 0);
+}
+
+TEST_F(CliTest, MetadataAndConfigPrintJson) {
+  const CliResult metadata = RunOnServer({"metadata", kGroupNormModel});
+  ASSERT_EQ(metadata.exit_code, 0) << metadata.err;
+  const auto metadata_json = nlohmann::json::parse(metadata.out);
+  EXPECT_EQ(metadata_json["name"], kGroupNormModel);
+  EXPECT_EQ(metadata_json["inputs"][0]["name"], "input");
+  EXPECT_EQ(metadata_json["inputs"][0]["datatype"], "FP32");
+
+  const CliResult config = RunOnServer({"config", kGemmModel, "--version", "1"});
+  ASSERT_EQ(config.exit_code, 0) << config.err;
+  const auto config_json = nlohmann::json::parse(config.out);
+  EXPECT_EQ(config_json["platform"], kGemmModel);
+  EXPECT_EQ(config_json["max_batch_size"], 16);
+  EXPECT_EQ(config_json["parameters"]["precision"]["string_value"], "fp32");
+}
+
+TEST_F(CliTest, MetadataAndConfigOfUnknownModelsFailWithNotFound) {
+  for (const std::string command : {"metadata", "config"}) {
+    const CliResult result = RunOnServer({command, "no_such_model"});
+    EXPECT_EQ(result.exit_code, 1) << command;
+    EXPECT_THAT(result.err, HasSubstr("NOT_FOUND")) << command;
+    EXPECT_THAT(result.err, HasSubstr("no_such_model")) << command;
+    EXPECT_TRUE(result.out.empty()) << command;
+  }
+}
+
+TEST_F(CliTest, StatsPrintsATableAndJson) {
+  ASSERT_EQ(RunOnServer({"infer", kGemmModel, "--random", "2,64"}).exit_code, 0);
+  const CliResult table = RunOnServer({"stats", kGemmModel});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("queue us"));
+  EXPECT_THAT(table.out, HasSubstr("compute us"));
+  EXPECT_THAT(table.out, HasSubstr(kGemmModel));
+
+  const CliResult all = RunOnServer({"stats"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_THAT(all.out, HasSubstr(kSlowModel));
+
+  const CliResult json = RunOnServer({"stats", kGemmModel, "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto parsed = nlohmann::json::parse(json.out);
+  ASSERT_EQ(parsed["model_stats"].size(), 1u);
+  EXPECT_EQ(parsed["model_stats"][0]["name"], kGemmModel);
+  // proto3 JSON writes uint64 as strings.
+  EXPECT_GE(std::stoll(
+                parsed["model_stats"][0]["inference_stats"]["success"]["count"].get<std::string>()),
+            1);
+
+  const CliResult unknown = RunOnServer({"stats", "no_such_model"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
+}
+
+TEST_F(CliTest, InferWritesExactlyWhatTheServerAnswered) {
+  const Shape shape = {2, 8, 5, 7};
+  const std::vector<float> input = RandomValues(NumElements(shape), 21);
+  ASSERT_TRUE(WriteNpyFile(Path("x.npy"), shape, input).ok());
+
+  const CliResult result = RunOnServer({"infer", kGroupNormModel, "--input", Path("x.npy"),
+                                        "--output", Path("y.npy"), "--id", "cli-1"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("id cli-1"));
+  EXPECT_THAT(result.out, HasSubstr("output \"output\" [2, 8, 5, 7]"));
+  EXPECT_THAT(result.out, HasSubstr("mean"));
+
+  const auto output = ReadNpyFile(Path("y.npy"));
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(output->shape, shape);
+  const auto expected = ReferenceOutput(server_->repository, kGroupNormModel, shape, input);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_LE(RelativeL2Error(output->data, *expected), 1e-6);
+
+  // The same request through the library: the file holds the answer bit for bit.
+  auto direct = Client::Create(url_)->Infer(kGroupNormModel, {{"input", shape, input}});
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  ASSERT_EQ(direct->outputs.size(), 1u);
+  ASSERT_EQ(direct->outputs[0].data.size(), output->data.size());
+  EXPECT_EQ(std::memcmp(direct->outputs[0].data.data(), output->data.data(),
+                        output->data.size() * sizeof(float)),
+            0);
+}
+
+TEST_F(CliTest, InferWithRandomInputIsReproducibleBySeed) {
+  for (const std::string name : {"a.npy", "b.npy"}) {
+    const CliResult result = RunOnServer(
+        {"infer", kGemmModel, "--random", "3,64", "--seed", "5", "--output", Path(name)});
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    EXPECT_THAT(result.out, HasSubstr("random U[0,1), seed 5"));
+  }
+  const auto a = ReadNpyFile(Path("a.npy"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->shape, (Shape{3, 64}));
+  EXPECT_EQ(ReadFile(Path("a.npy")), ReadFile(Path("b.npy")));
+}
+
+TEST_F(CliTest, InferRejectsFilesItCannotUse) {
+  const std::string float64 = Path("d.npy");
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 8, 2, 2), }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::ofstream(float64, std::ios::binary)
+      << std::string("\x93NUMPY\x01\x00", 8) << static_cast<char>(header.size()) << '\0' << header
+      << std::string(32 * 8, '\0');
+  const CliResult result = RunOnServer({"infer", kGroupNormModel, "--input", float64});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(
+      result.err,
+      HasSubstr(float64 + " has dtype '<f8' (float64); fuseserve-cli needs float32 ('<f4')"));
+
+  std::ofstream(Path("junk.npy")) << "not an array";
+  const CliResult junk = RunOnServer({"infer", kGroupNormModel, "--input", Path("junk.npy")});
+  EXPECT_EQ(junk.exit_code, 1);
+  EXPECT_THAT(junk.err, HasSubstr("not a NumPy .npy file"));
+
+  const CliResult missing = RunOnServer({"infer", kGroupNormModel, "--input", Path("none.npy")});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("cannot open"));
+}
+
+TEST_F(CliTest, InferReportsServerErrorsAndDeadlines) {
+  const CliResult bad_shape = RunOnServer({"infer", kGroupNormModel, "--random", "1,3,4,4"});
+  EXPECT_EQ(bad_shape.exit_code, 1);
+  EXPECT_THAT(bad_shape.err, HasSubstr("INVALID_ARGUMENT"));
+
+  const CliResult unknown = RunOnServer({"infer", "no_such_model", "--random", "1,8"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
+
+  // slow_groupnorm holds a lone request for 30 s waiting for a batch.
+  const CliResult deadline =
+      RunOnServer({"infer", kSlowModel, "--random", "1,8,2,2", "--timeout-ms", "200"});
+  EXPECT_EQ(deadline.exit_code, 1);
+  EXPECT_THAT(deadline.err, HasSubstr("DEADLINE_EXCEEDED"));
+
+  const CliResult queue_timeout =
+      RunOnServer({"infer", kSlowModel, "--random", "1,8,2,2", "--queue-timeout-us", "2000"});
+  EXPECT_EQ(queue_timeout.exit_code, 1);
+  EXPECT_THAT(queue_timeout.err, HasSubstr("DEADLINE_EXCEEDED"));
+}
+
+TEST_F(CliTest, InferUsageErrorsExitWithTwo) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"infer", kGroupNormModel},
+           {"infer", "--random", "1,8"},
+           {"infer", kGroupNormModel, "--random", "1,8", "--input", "x.npy"},
+           {"infer", kGroupNormModel, "--random", "1,x"},
+           {"infer", kGroupNormModel, "--random", "1,8", "--seed", "-1"},
+           {"infer", kGroupNormModel, "--random", "1,8", "--timeout-ms"},
+       }) {
+    const CliResult result = RunOnServer(args);
+    EXPECT_EQ(result.exit_code, 2) << absl::StrJoin(args, " ") << ": " << result.err;
+    EXPECT_THAT(result.err, HasSubstr("Usage")) << absl::StrJoin(args, " ");
+  }
+}
+
+TEST_F(CliTest, MakeRepositoryWritesTheSmallRepository) {
+  const std::string repository = Path("repo");
+  const CliResult result = Run({"make-repository", repository, "--small"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  for (const char* model : {fuseserve::testing::kConvModel, kGemmModel, kGroupNormModel}) {
+    EXPECT_TRUE(
+        std::filesystem::exists(std::filesystem::path(repository) / model / "config.pbtxt"));
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(repository) / model / "1" /
+                                        "model.safetensors"));
+  }
+}
+
+TEST_F(CliTest, NumpyReadsOurOutputAndWeReadOrRejectNumpyFiles) {
+  if (std::system(FUSESERVE_TEST_PYTHON " -c 'import numpy' 2>/dev/null") != 0) {
+    GTEST_SKIP() << FUSESERVE_TEST_PYTHON << " has no numpy";
+  }
+  const std::string script = Path("make.py");
+  std::ofstream(script) << "import numpy as np, sys\n"
+                           "d = sys.argv[1]\n"
+                           "x = np.random.default_rng(3).standard_normal((2, 8, 3, 5))"
+                           ".astype(np.float32)\n"
+                           "np.save(d + '/c.npy', x)\n"
+                           "np.save(d + '/f.npy', np.asfortranarray(x))\n"
+                           "np.save(d + '/d.npy', x.astype(np.float64))\n";
+  ASSERT_EQ(std::system(absl::StrCat(FUSESERVE_TEST_PYTHON, " ", script, " ", directory_).c_str()),
+            0);
+
+  const CliResult c_order =
+      RunOnServer({"infer", kGroupNormModel, "--input", Path("c.npy"), "--output", Path("y.npy")});
+  ASSERT_EQ(c_order.exit_code, 0) << c_order.err;
+  const CliResult fortran = RunOnServer({"infer", kGroupNormModel, "--input", Path("f.npy")});
+  EXPECT_EQ(fortran.exit_code, 1);
+  EXPECT_THAT(fortran.err, HasSubstr("Fortran (column-major) order"));
+  const CliResult float64 = RunOnServer({"infer", kGroupNormModel, "--input", Path("d.npy")});
+  EXPECT_EQ(float64.exit_code, 1);
+  EXPECT_THAT(float64.err, HasSubstr("has dtype '<f8' (float64)"));
+
+  // NumPy loads the CLI's output; it matches the reference on NumPy's own input.
+  const auto input = ReadNpyFile(Path("c.npy"));
+  ASSERT_TRUE(input.ok()) << input.status();
+  const auto expected =
+      ReferenceOutput(server_->repository, kGroupNormModel, input->shape, input->data);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_TRUE(WriteNpyFile(Path("ref.npy"), input->shape, *expected).ok());
+  const std::string check = Path("check.py");
+  std::ofstream(check) << "import numpy as np, sys\n"
+                          "d = sys.argv[1]\n"
+                          "y = np.load(d + '/y.npy')\n"
+                          "ref = np.load(d + '/ref.npy')\n"
+                          "assert y.dtype == np.float32 and y.shape == (2, 8, 3, 5), (y.dtype, "
+                          "y.shape)\n"
+                          "err = np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref)\n"
+                          "assert err <= 1e-6, err\n";
+  EXPECT_EQ(std::system(absl::StrCat(FUSESERVE_TEST_PYTHON, " ", check, " ", directory_).c_str()),
+            0);
+}
+
+}  // namespace
+}  // namespace fuseserve::client
