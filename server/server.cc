@@ -10,7 +10,7 @@ namespace fuseserve {
 namespace {
 
 // How often readiness (which an instance failure can change) is mirrored
-// into the gRPC health service.
+// into the gRPC health service, and GPU memory into its gauges.
 constexpr absl::Duration kReadinessPollInterval = absl::Milliseconds(250);
 
 }  // namespace
@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   ASSIGN_OR_RETURN(server->http_, HttpServer::Start(options.metrics_address,
                                                      options.metrics_port, std::move(endpoints)));
 
+  server->models_->RefreshGpuMemoryMetrics(*server->metrics_);
   server->grpc_->SetServing(server->service_->Ready());
   server->started_ = true;
   server->readiness_watcher_ = std::thread([self] { self->WatchReadiness(); });
@@ -64,6 +65,7 @@ Server::~Server() { Shutdown(); }
 void Server::WatchReadiness() {
   bool serving = service_->Ready();
   while (!stopping_.WaitForNotificationWithTimeout(kReadinessPollInterval)) {
+    models_->RefreshGpuMemoryMetrics(*metrics_);
     const bool ready = service_->Ready();
     if (ready != serving) {
       FS_LOG(INFO) << "readiness changed to " << (ready ? "ready" : "not ready");

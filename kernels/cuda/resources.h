@@ -17,25 +17,26 @@
 
 namespace fuseserve::cuda {
 
-// `bytes` of device memory on the current device.
-class DeviceBuffer {
+// Memory from one CUDA allocator (`AllocateFn`/`ReleaseFn`), owned.
+template <cudaError_t (*AllocateFn)(void**, size_t), cudaError_t (*ReleaseFn)(void*)>
+class OwnedMemory {
  public:
-  DeviceBuffer() = default;
-  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes) {
-    DeviceBuffer buffer;
-    if (bytes > 0) RETURN_IF_CUDA_ERROR(cudaMalloc(&buffer.data_, bytes));
-    buffer.bytes_ = bytes;
-    return buffer;
+  OwnedMemory() = default;
+  static absl::StatusOr<OwnedMemory> Allocate(size_t bytes) {
+    OwnedMemory memory;
+    if (bytes > 0) RETURN_IF_CUDA_ERROR(AllocateFn(&memory.data_, bytes));
+    memory.bytes_ = bytes;
+    return memory;
   }
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  OwnedMemory(OwnedMemory&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  OwnedMemory& operator=(OwnedMemory&& other) noexcept {
     std::swap(data_, other.data_);
     std::swap(bytes_, other.bytes_);
     return *this;
   }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+  ~OwnedMemory() {
+    if (data_ != nullptr) ReleaseFn(data_);
   }
 
   void* data() const { return data_; }
@@ -49,39 +50,17 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+inline cudaError_t DeviceAllocate(void** data, size_t bytes) { return cudaMalloc(data, bytes); }
+inline cudaError_t PinnedAllocate(void** data, size_t bytes) {
+  return cudaMallocHost(data, bytes);
+}
+
+// `bytes` of device memory on the current device.
+using DeviceBuffer = OwnedMemory<DeviceAllocate, cudaFree>;
 
 // `bytes` of page-locked host memory (the staging buffers of async copies).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes) {
-    PinnedBuffer buffer;
-    if (bytes > 0) RETURN_IF_CUDA_ERROR(cudaMallocHost(&buffer.data_, bytes));
-    buffer.bytes_ = bytes;
-    return buffer;
-  }
-  PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(bytes_, other.bytes_);
-    return *this;
-  }
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-
-  void* data() const { return data_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using PinnedBuffer = OwnedMemory<PinnedAllocate, cudaFreeHost>;
 
 // A non-blocking stream (does not synchronise with the legacy default stream).
 class Stream {

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/conv_transpose2d.h"
 #include "kernels/cpu/group_norm.h"
+#include "server/models/gpu_executors.h"
 #include "server/models/model_io.h"
 #include "server/models/parameters.h"
 #include "server/models/weights.h"
@@ -122,6 +123,24 @@ class ConvTransposeGeluGroupNormModel final : public Model {
         output_shape[0],   output_shape[1], output_shape[2] * output_shape[3],
         hyper_.num_groups, hyper_.eps,      cpu::GroupNormPrologue::kGeluErf};
     return cpu::GroupNorm(gn, output, gn_weight_.data(), gn_bias_.data(), output, pool);
+  }
+
+  absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateGpuExecutor() const override {
+    ConvGpuSpec spec;
+    spec.in_channels = hyper_.in_channels;
+    spec.out_channels = hyper_.out_channels;
+    spec.kernel_size = hyper_.kernel_size;
+    spec.stride = hyper_.stride;
+    spec.padding = hyper_.padding;
+    spec.output_padding = hyper_.output_padding;
+    spec.num_groups = hyper_.num_groups;
+    spec.eps = hyper_.eps;
+    spec.precision = hyper_.precision;
+    spec.weight = &conv_weight_;
+    spec.bias = &conv_bias_;
+    spec.gn_weight = &gn_weight_;
+    spec.gn_bias = &gn_bias_;
+    return CreateConvGpuExecutor(spec);
   }
 
  private:

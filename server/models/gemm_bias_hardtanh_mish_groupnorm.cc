@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cpu/bias_hardtanh_mish_group_norm.h"
 #include "kernels/cpu/linear.h"
+#include "server/models/gpu_executors.h"
 #include "server/models/model_io.h"
 #include "server/models/parameters.h"
 #include "server/models/weights.h"
@@ -88,6 +89,23 @@ class GemmBiasHardtanhMishGroupNormModel final : public Model {
         hyper_.eps};
     return cpu::BiasHardtanhMishGroupNorm(epilogue, output, bias_.data(), gn_weight_.data(),
                                           gn_bias_.data(), output, pool);
+  }
+
+  absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateGpuExecutor() const override {
+    GemmGpuSpec spec;
+    spec.in_features = hyper_.in_features;
+    spec.out_features = hyper_.out_features;
+    spec.num_groups = hyper_.num_groups;
+    spec.hardtanh_min = hyper_.hardtanh_min;
+    spec.hardtanh_max = hyper_.hardtanh_max;
+    spec.eps = hyper_.eps;
+    spec.precision = hyper_.precision;
+    spec.weight = &gemm_weight_;
+    spec.gemm_bias = &gemm_bias_;
+    spec.bias = &bias_;
+    spec.gn_weight = &gn_weight_;
+    spec.gn_bias = &gn_bias_;
+    return CreateGemmGpuExecutor(spec);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/group_norm.h"
+#include "server/models/gpu_executors.h"
 #include "server/models/model_io.h"
 #include "server/models/parameters.h"
 #include "server/models/weights.h"
@@ -57,6 +58,16 @@ class GroupNormModel final : public Model {
     ASSIGN_OR_RETURN(const cpu::GroupNormParams params,
                      cpu::GroupNormParamsForShape(input_shape, hyper_.num_groups, hyper_.eps));
     return cpu::GroupNorm(params, input, weight_.data(), bias_.data(), output, pool);
+  }
+
+  absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateGpuExecutor() const override {
+    GroupNormGpuSpec spec;
+    spec.num_channels = hyper_.num_channels;
+    spec.num_groups = hyper_.num_groups;
+    spec.eps = hyper_.eps;
+    spec.gn_weight = &weight_;
+    spec.gn_bias = &bias_;
+    return CreateGroupNormGpuExecutor(spec);
   }
 
  private:

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/shape.h"
 #include "common/thread_pool.h"
+#include "server/runtime/gpu_executor.h"
 
 namespace fuseserve {
 
@@ -43,6 +44,13 @@ class Model {
   // aliasing. Thread-safe: several instances may run the same model at once.
   virtual absl::Status RunOnCpu(const float* input, const Shape& input_shape,
                                 float* output, ThreadPool& pool) const = 0;
+
+  // The model's GPU path on the current CUDA device (the caller has selected
+  // it): uploads the weights in the kernels' layout. FailedPrecondition in a
+  // build without CUDA; Unimplemented for a model without a GPU path.
+  virtual absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateGpuExecutor() const {
+    return absl::UnimplementedError("model family " + family() + " has no GPU path");
+  }
 };
 
 }  // namespace fuseserve

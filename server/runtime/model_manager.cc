@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/models/model_factory.h"
@@ -11,31 +12,82 @@
 #include "server/repository/model_repository.h"
 #include "server/repository/safetensors.h"
 #include "server/runtime/cpu_instance.h"
+#include "server/runtime/gpu_instance.h"
 
 namespace fuseserve {
 namespace {
 
-// The number of CPU instances the config's instance groups ask for, or an
-// error for groups this build cannot place.
-absl::StatusOr<int> CpuInstanceCount(const inference::ModelConfig& config) {
-  int count = 0;
+// Where one instance runs: the CPU, or a CUDA device.
+struct Placement {
+  bool gpu = false;
+  int device = 0;
+};
+
+// The instances the config's instance groups ask for (count per device),
+// or an error for groups that cannot be placed. KIND_AUTO is a GPU when a
+// CUDA device is present (on the listed `gpus`, else on every device), else
+// the CPU.
+absl::StatusOr<std::vector<Placement>> PlaceInstances(const inference::ModelConfig& config) {
+  const int device_count = GpuDeviceCount();
+  std::vector<Placement> placements;
   for (const inference::ModelInstanceGroup& group : config.instance_group()) {
+    bool gpu = false;
     switch (group.kind()) {
       case inference::ModelInstanceGroup::KIND_AUTO:
+        gpu = device_count > 0;
+        break;
       case inference::ModelInstanceGroup::KIND_CPU:
-        count += group.count();
         break;
       case inference::ModelInstanceGroup::KIND_GPU:
-        return absl::FailedPreconditionError(
-            "instance_group asks for KIND_GPU but no CUDA device is available to this "
-            "server (use KIND_AUTO to fall back to the CPU)");
+        if (device_count == 0) {
+          return absl::FailedPreconditionError(
+              "instance_group asks for KIND_GPU but no CUDA device is available to this "
+              "server (use KIND_AUTO to fall back to the CPU)");
+        }
+        gpu = true;
+        break;
       default:
         return absl::InvalidArgumentError(absl::StrCat(
             "instance_group kind ", inference::ModelInstanceGroup::Kind_Name(group.kind()),
             " is not supported"));
     }
+    std::vector<int> devices = {0};
+    if (gpu) {
+      devices.assign(group.gpus().begin(), group.gpus().end());
+      if (devices.empty()) {
+        for (int device = 0; device < device_count; ++device) devices.push_back(device);
+      }
+      for (int device : devices) {
+        if (device >= device_count) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "instance_group lists GPU ", device, " but only ", device_count,
+              " CUDA device(s) are present"));
+        }
+      }
+    }
+    for (int device : devices) {
+      for (int i = 0; i < group.count(); ++i) placements.push_back({gpu, device});
+    }
   }
-  return count;
+  return placements;
+}
+
+// The largest input a batch can have: [max_batch_size] + dims when
+// batching, else the config's dims (-1 where unknown).
+Shape MaxInputShape(const inference::ModelConfig& config) {
+  Shape shape;
+  if (config.max_batch_size() > 0) shape.push_back(config.max_batch_size());
+  for (int64_t dim : config.input(0).dims()) shape.push_back(dim);
+  return shape;
+}
+
+std::string DevicesOf(const std::vector<Placement>& placements) {
+  std::vector<std::string> names;
+  for (const Placement& placement : placements) {
+    std::string name = placement.gpu ? absl::StrCat("gpu", placement.device) : "cpu";
+    if (names.empty() || names.back() != name) names.push_back(name);
+  }
+  return absl::StrJoin(names, ",");
 }
 
 }  // namespace
@@ -100,22 +152,36 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
     record->version_ = version.version;
     record->config_ = *config;
     record->shutting_down_ = &shutting_down_;
-    record->device_ = "cpu";
 
     absl::Status status = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> weights,
                        SafetensorsFile::Open(version.weights_path));
       ASSIGN_OR_RETURN(record->model_, CreateModel(*config, *weights));
       ASSIGN_OR_RETURN(BatcherOptions batcher_options, BatcherOptionsFromConfig(*config));
-      ASSIGN_OR_RETURN(int instance_count, CpuInstanceCount(*config));
+      ASSIGN_OR_RETURN(const std::vector<Placement> placements, PlaceInstances(*config));
       const std::string version_string = record->version_string();
       record->metrics_ = &options.metrics->ForModel(name, version_string);
+      record->device_ = DevicesOf(placements);
       std::vector<std::unique_ptr<Instance>> instances;
-      for (int i = 0; i < instance_count; ++i) {
-        instances.push_back(std::make_unique<CpuInstance>(
-            absl::StrCat(name, "/", version_string, " cpu#", i), record->model_.get(),
-            options.cpu_pool, options.clock, record->metrics_));
+      for (size_t i = 0; i < placements.size(); ++i) {
+        const Placement& placement = placements[i];
+        if (!placement.gpu) {
+          instances.push_back(std::make_unique<CpuInstance>(
+              absl::StrCat(name, "/", version_string, " cpu#", i), record->model_.get(),
+              options.cpu_pool, options.clock, record->metrics_));
+          continue;
+        }
+        GpuInstanceOptions gpu;
+        gpu.name = absl::StrCat(name, "/", version_string, " gpu", placement.device, "#", i);
+        gpu.device = placement.device;
+        gpu.model = record->model_.get();
+        gpu.clock = options.clock;
+        gpu.metrics = record->metrics_;
+        gpu.max_input_shape = MaxInputShape(*config);
+        ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateGpuInstance(gpu));
+        instances.push_back(std::move(instance));
       }
+      const int instance_count = static_cast<int>(instances.size());
       (*record->config_.mutable_parameters())["precision"].set_string_value(
           PrecisionName(record->model_->precision()));
       record->batcher_ = std::make_unique<DynamicBatcher>(
@@ -123,7 +189,7 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
       options.metrics->SetModelLoadDuration(name, version_string, seconds);
       FS_LOG(INFO) << "loaded model " << name << " version " << version.version << " ("
-                   << config->platform() << ") on cpu: " << instance_count
+                   << config->platform() << ") on " << record->device_ << ": " << instance_count
                    << " instance(s), precision "
                    << PrecisionName(record->model_->precision())
                    << ", max_batch_size " << config->max_batch_size() << ", in " << seconds
@@ -201,6 +267,13 @@ bool ModelManager::Ready(bool strict) const {
     if (record->loaded() ? !record->ready() : strict) return false;
   }
   return true;
+}
+
+void ModelManager::RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const {
+  for (int device = 0; device < GpuDeviceCount(); ++device) {
+    absl::StatusOr<GpuDeviceMemory> memory = QueryGpuMemory(device);
+    if (memory.ok()) metrics.SetGpuMemory(memory->uuid, memory->used_bytes, memory->total_bytes);
+  }
 }
 
 void ModelManager::Shutdown(absl::Time deadline) {

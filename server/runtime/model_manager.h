@@ -42,7 +42,7 @@ class ModelVersionRecord {
   bool ready() const;
   // Why the version is unavailable ("" when ready).
   std::string reason() const;
-  // "cpu" or "gpu".
+  // Where its instances run: "cpu", "gpu0", "gpu0,gpu1", ...
   const std::string& device() const { return device_; }
 
   // Valid only for loaded versions.
@@ -99,6 +99,9 @@ class ModelManager {
 
   // Every loaded version is ready (and, when `strict`, no version failed).
   bool Ready(bool strict) const;
+
+  // Sets nv_gpu_memory_{used,total}_bytes for every CUDA device.
+  void RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const;
 
   // Readiness goes false, batchers stop accepting and drain until `deadline`.
   void Shutdown(absl::Time deadline);

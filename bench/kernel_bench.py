@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Times fuseserve's GPU path of each model family next to PyTorch eager and
+torch.compile of the same module, in one run on one GPU (REFERENCE.md §10):
+
+- CUDA events on the stream that does the work (PyTorch's current stream,
+  which our launchers are given), warm-up, median of the timed trials;
+- the L2 cache flushed (a 256 MiB buffer rewritten) before every trial;
+- fresh random inputs for every trial;
+- accuracy checked for every timed configuration against a float64 run of
+  the same module, on U[0,1) and N(0,1) inputs with random GroupNorm affine
+  parameters, under the contract of SPEC.md §1.4; our output is poisoned
+  with NaN first so that an unwritten element fails.
+
+Our kernels are reached through libfuseserve_kernels_capi.so (ctypes).
+Usage: kernel_bench.py --lib PATH [--out DIR] [--quick]
+"""
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+TOLERANCE = {"fp32": (5e-6, 1e-4), "tf32": (1e-3, 1e-2)}
+L2_FLUSH_BYTES = 256 << 20
+
+
+class ConvFamily(torch.nn.Module):
+  def __init__(self, c_in, c_out, k, stride, padding, output_padding, groups, eps):
+    super().__init__()
+    self.conv_transpose = torch.nn.ConvTranspose2d(c_in, c_out, k, stride=stride,
+                                                   padding=padding,
+                                                   output_padding=output_padding)
+    self.group_norm = torch.nn.GroupNorm(groups, c_out, eps=eps)
+
+  def forward(self, x):
+    return self.group_norm(F.gelu(self.conv_transpose(x)))
+
+
+class GemmFamily(torch.nn.Module):
+  def __init__(self, f_in, f_out, groups, lo, hi, eps):
+    super().__init__()
+    self.gemm = torch.nn.Linear(f_in, f_out)
+    self.bias = torch.nn.Parameter(torch.randn(f_out))
+    self.hardtanh = torch.nn.Hardtanh(lo, hi)
+    self.mish = torch.nn.Mish()
+    self.groupnorm = torch.nn.GroupNorm(groups, f_out, eps=eps)
+
+  def forward(self, x):
+    return self.groupnorm(self.mish(self.hardtanh(self.gemm(x) + self.bias)))
+
+
+class GroupNormFamily(torch.nn.Module):
+  def __init__(self, channels, groups, eps):
+    super().__init__()
+    self.gn = torch.nn.GroupNorm(groups, channels, eps=eps)
+
+  def forward(self, x):
+    return self.gn(x)
+
+
+def randomize_affine(norm):
+  with torch.no_grad():
+    norm.weight.copy_(1 + 0.1 * torch.randn_like(norm.weight))
+    norm.bias.copy_(0.1 * torch.randn_like(norm.bias))
+
+
+class Capi:
+  def __init__(self, path):
+    lib = ctypes.CDLL(path)
+    i64, f64, vp, cp = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p, ctypes.c_char_p
+    lib.fs_conv_prepared_weight_size.restype = i64
+    lib.fs_conv_prepared_weight_size.argtypes = [i64] * 5
+    lib.fs_conv_prepare_weight.argtypes = [i64] * 5 + [vp, vp, cp, i64]
+    lib.fs_conv_workspace_bytes.restype = i64
+    lib.fs_conv_workspace_bytes.argtypes = [i64] * 10 + [f64, i64]
+    lib.fs_conv_family.argtypes = [i64] * 10 + [f64, i64] + [vp] * 8 + [cp, i64]
+    lib.fs_cublas_create.restype = vp
+    lib.fs_cublas_create.argtypes = [vp]
+    lib.fs_cublas_destroy.argtypes = [vp]
+    lib.fs_gemm_family.argtypes = [vp] + [i64] * 4 + [f64] * 3 + [i64] + [vp] * 8 + [cp, i64]
+    lib.fs_groupnorm_workspace_bytes.restype = i64
+    lib.fs_groupnorm_workspace_bytes.argtypes = [i64] * 4
+    lib.fs_groupnorm_family.argtypes = [i64] * 4 + [f64] + [vp] * 6 + [cp, i64]
+    self.lib = lib
+    self.error = ctypes.create_string_buffer(1024)
+
+  def check(self, rc):
+    if rc != 0:
+      raise RuntimeError(self.error.value.decode())
+
+
+def ptr(t):
+  return ctypes.c_void_p(t.data_ptr())
+
+
+def stream_ptr():
+  return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+
+def make_ours(capi, family, module, spec, precision, input_shape):
+  """A callable x -> y running our GPU path for `module` on `input_shape`."""
+  tf32 = 1 if precision == "tf32" else 0
+  if family == "A":
+    c_in, c_out, k, stride, pad, opad, groups, eps = spec
+    conv = module.conv_transpose
+    size = capi.lib.fs_conv_prepared_weight_size(c_in, c_out, k, stride, tf32)
+    if size <= 0:
+      raise RuntimeError("invalid convolution parameters")
+    host_w = np.ascontiguousarray(conv.weight.detach().cpu().numpy(), dtype=np.float32)
+    host_p = np.empty(size, dtype=np.float32)
+    capi.check(capi.lib.fs_conv_prepare_weight(c_in, c_out, k, stride, tf32,
+                                               host_w.ctypes.data, host_p.ctypes.data,
+                                               capi.error, 1024))
+    prepared = torch.from_numpy(host_p).cuda()
+    n, _, h, w = input_shape
+    ws = torch.empty(max(1, capi.lib.fs_conv_workspace_bytes(n, c_in, c_out, h, w, k, stride, pad,
+                                                             opad, groups, eps, tf32)),
+                     dtype=torch.uint8, device="cuda")
+    h_out = (h - 1) * stride - 2 * pad + k + opad
+    w_out = (w - 1) * stride - 2 * pad + k + opad
+    gn = module.group_norm
+
+    def run(x, out=None):
+      y = out if out is not None else torch.empty((n, c_out, h_out, w_out), device="cuda")
+      capi.check(capi.lib.fs_conv_family(n, c_in, c_out, h, w, k, stride, pad, opad, groups, eps,
+                                         tf32, ptr(x), ptr(prepared), ptr(conv.bias),
+                                         ptr(gn.weight), ptr(gn.bias), ptr(y), ptr(ws),
+                                         stream_ptr(), capi.error, 1024))
+      return y
+    return run
+  if family == "B":
+    f_in, f_out, groups, lo, hi, eps = spec
+    handle = capi.lib.fs_cublas_create(stream_ptr())
+    if not handle:
+      raise RuntimeError("cublasCreate failed")
+    n = input_shape[0]
+    m = module
+
+    def run(x, out=None):
+      y = out if out is not None else torch.empty((n, f_out), device="cuda")
+      capi.check(capi.lib.fs_gemm_family(ctypes.c_void_p(handle), n, f_in, f_out, groups, lo, hi,
+                                         eps, tf32, ptr(x), ptr(m.gemm.weight), ptr(m.gemm.bias),
+                                         ptr(m.bias), ptr(m.groupnorm.weight),
+                                         ptr(m.groupnorm.bias), ptr(y), stream_ptr(),
+                                         capi.error, 1024))
+      return y
+    return run
+  channels, groups, eps = spec
+  n = input_shape[0]
+  spatial = math.prod(input_shape[2:])
+  ws = torch.empty(max(1, capi.lib.fs_groupnorm_workspace_bytes(n, channels, spatial, groups)),
+                   dtype=torch.uint8, device="cuda")
+  gn = module.gn
+
+  def run(x, out=None):
+    y = out if out is not None else torch.empty(input_shape, device="cuda")
+    capi.check(capi.lib.fs_groupnorm_family(n, channels, spatial, groups, eps, ptr(x),
+                                            ptr(gn.weight), ptr(gn.bias), ptr(y), ptr(ws),
+                                            stream_ptr(), capi.error, 1024))
+    return y
+  return run
+
+
+def errors(y, ref):
+  diff = (y.double() - ref)
+  rel = (torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref)).item()
+  return rel, diff.abs().max().item()
+
+
+def time_fn(fn, make_input, flush, trials, warmup):
+  start = torch.cuda.Event(enable_timing=True)
+  end = torch.cuda.Event(enable_timing=True)
+  times = []
+  for i in range(warmup + trials):
+    x = make_input()
+    flush.zero_()
+    start.record()
+    fn(x)
+    end.record()
+    end.synchronize()
+    if i >= warmup:
+      times.append(start.elapsed_time(end))
+  return statistics.median(times)
+
+
+def write_report(out, device, copy_tbps, results):
+  """Rewritten after every configuration, so a run cut short keeps its rows."""
+  report = {"device": device, "torch": torch.__version__, "copy_tbps": copy_tbps,
+            "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "results": results}
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "kernel_bench.json"), "w") as f:
+    json.dump(report, f, indent=2)
+
+
+def configurations(quick):
+  # (label, family, constructor args, precision, input shape, flops, bytes)
+  configs = []
+  for n in ([1, 8] if quick else [1, 8, 32, 128]):
+    spec = (64, 64, 3, 1, 0, 0, 8, 1e-5)
+    flops = 2 * n * 64 * 64 * 9 * 256 * 256
+    bytes_ = 4 * (n * 64 * 256 * 256 + n * 64 * 258 * 258)
+    configs.append((f"A conv n={n}", "A", spec, "tf32", (n, 64, 256, 256), flops, bytes_))
+  for n in ([1, 64] if quick else [1, 64, 1024]):
+    spec = (8192, 8192, 256, -1.0, 1.0, 1e-5)
+    for precision in ("fp32", "tf32"):
+      flops = 2 * n * 8192 * 8192
+      bytes_ = 4 * (n * 8192 * 2 + 8192 * 8192)
+      configs.append((f"B gemm n={n} {precision}", "B", spec, precision, (n, 8192), flops, bytes_))
+  for n in ([1, 16] if quick else [1, 16, 112]):
+    spec = (64, 8, 1e-5)
+    bytes_ = 4 * 2 * n * 64 * 512 * 512
+    configs.append((f"C groupnorm n={n}", "C", spec, "fp32", (n, 64, 512, 512), 0, bytes_))
+  return configs
+
+
+def build_module(family, spec):
+  if family == "A":
+    module = ConvFamily(*spec)
+    randomize_affine(module.group_norm)
+  elif family == "B":
+    module = GemmFamily(*spec)
+    randomize_affine(module.groupnorm)
+  else:
+    module = GroupNormFamily(*spec)
+    randomize_affine(module.gn)
+  return module.cuda().eval()
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--lib", required=True)
+  parser.add_argument("--out", default=os.environ.get("OUT", "."))
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--no-compile", action="store_true")
+  args = parser.parse_args()
+
+  torch.manual_seed(0)
+  # Let PyTorch load its CUDA runtime and cuBLAS first; the library then
+  # binds to the same copies.
+  torch.ones(8, 8, device="cuda") @ torch.ones(8, 8, device="cuda")
+  capi = Capi(args.lib)
+  device = torch.cuda.get_device_name()
+  flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+  # Achievable memory bandwidth on this GPU: a device-to-device copy.
+  src = torch.empty(1 << 29, device="cuda")
+  dst = torch.empty_like(src)
+  copy_ms = time_fn(lambda _: dst.copy_(src), lambda: None, flush, 5, 2)
+  copy_tbps = 2 * src.numel() * 4 / copy_ms / 1e9
+  del src, dst
+
+  results = []
+  for label, family, spec, precision, shape, flops, bytes_ in configurations(args.quick):
+    torch.cuda.empty_cache()
+    row = {"config": label, "family": family, "precision": precision, "shape": list(shape)}
+    try:
+      module = build_module(family, spec)
+      ours = make_ours(capi, family, module, spec, precision, shape)
+      # Accuracy on both input distributions (our output poisoned first).
+      worst = (0.0, 0.0)
+      eager_worst = (0.0, 0.0)
+      with torch.no_grad():
+        reference = build_module(family, spec).double()
+        reference.load_state_dict({k: v.double() for k, v in module.state_dict().items()})
+        for dist in ("uniform", "normal"):
+          x = torch.rand(shape, device="cuda") if dist == "uniform" else torch.randn(shape,
+                                                                                      device="cuda")
+          ref = reference(x.double())
+          y = torch.full(ref.shape, float("nan"), device="cuda")
+          ours(x, y)
+          torch.cuda.synchronize()
+          rel, mx = errors(y, ref)
+          worst = (max(worst[0], rel), max(worst[1], mx))
+          erel, emx = errors(module(x), ref)
+          eager_worst = (max(eager_worst[0], erel), max(eager_worst[1], emx))
+          del ref, y
+        del reference
+      tol = TOLERANCE[precision]
+      row.update(rel_l2=worst[0], max_abs=worst[1], accurate=(worst[0] <= tol[0] and
+                                                             worst[1] <= tol[1]),
+                 eager_rel_l2=eager_worst[0], eager_max_abs=eager_worst[1])
+
+      big = math.prod(shape) > (1 << 26)
+      trials, warmup = (10, 3) if big else (20, 5)
+      make_input = lambda: torch.rand(shape, device="cuda")
+      with torch.no_grad():
+        # PyTorch's own defaults: cuDNN may use TF32 for convolutions, matmul
+        # stays float32 unless the family's precision is tf32.
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        row["ours_ms"] = time_fn(ours, make_input, flush, trials, warmup)
+        row["eager_ms"] = time_fn(module, make_input, flush, trials, warmup)
+        if not args.no_compile:
+          compiled = torch.compile(module, dynamic=False)
+          t0 = time.time()
+          compiled(make_input())
+          torch.cuda.synchronize()
+          row["compile_seconds"] = time.time() - t0
+          row["compile_ms"] = time_fn(compiled, make_input, flush, trials, warmup)
+        torch.backends.cuda.matmul.allow_tf32 = False
+      row["speedup_vs_eager"] = row["eager_ms"] / row["ours_ms"]
+      if "compile_ms" in row:
+        row["speedup_vs_compile"] = row["compile_ms"] / row["ours_ms"]
+      row["achieved_tbps"] = bytes_ / row["ours_ms"] / 1e9
+      row["memory_floor_ms"] = bytes_ / (copy_tbps * 1e9)
+      if flops:
+        row["achieved_tflops"] = flops / row["ours_ms"] / 1e9
+      del module, ours
+    except Exception as e:  # report and go on: one failing family must not hide the others
+      row["error"] = f"{type(e).__name__}: {e}"
+    results.append(row)
+    print(json.dumps(row), flush=True)
+    write_report(args.out, device, copy_tbps, results)
+
+
+  print(f"\n{device}, PyTorch {torch.__version__}, D2D copy {copy_tbps:.2f} TB/s")
+  header = (f"{'config':<26}{'ours ms':>9}{'eager ms':>10}{'compile ms':>11}{'x eager':>9}"
+            f"{'x compile':>10}{'TB/s':>7}{'TFLOP/s':>9}{'floor ms':>9}{'rel L2':>10}  ok")
+  print(header)
+  for r in results:
+    if "error" in r:
+      print(f"{r['config']:<26} ERROR {r['error']}")
+      continue
+    print(f"{r['config']:<26}{r['ours_ms']:>9.3f}{r['eager_ms']:>10.3f}"
+          f"{r.get('compile_ms', float('nan')):>11.3f}{r['speedup_vs_eager']:>9.2f}"
+          f"{r.get('speedup_vs_compile', float('nan')):>10.2f}{r['achieved_tbps']:>7.2f}"
+          f"{r.get('achieved_tflops', float('nan')):>9.1f}{r['memory_floor_ms']:>9.3f}"
+          f"{r['rel_l2']:>10.1e}  {'yes' if r['accurate'] else 'NO'}")
+  return 0 if all(r.get("accurate") for r in results) else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())

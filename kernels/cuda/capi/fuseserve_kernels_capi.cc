@@ -1,0 +1,160 @@
+// A C ABI over the GPU family launchers (kernels/cuda/families.h), for
+// bench/kernel_bench.py, which times them next to PyTorch eager and
+// torch.compile on the same GPU, stream and inputs (ctypes, torch tensors'
+// device pointers). Every function returns 0 on success or writes the error
+// message into `error` (NUL-terminated, at most `error_size` bytes) and
+// returns non-zero. Nothing here allocates device memory or synchronises.
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/families.h"
+
+namespace {
+
+int Report(const absl::Status& status, char* error, int64_t error_size) {
+  if (status.ok()) return 0;
+  if (error != nullptr && error_size > 0) {
+    std::strncpy(error, status.ToString().c_str(), static_cast<size_t>(error_size - 1));
+    error[error_size - 1] = '\0';
+  }
+  return 1;
+}
+
+fuseserve::cuda::MathMode Mode(int64_t tf32) {
+  return tf32 != 0 ? fuseserve::cuda::MathMode::kTf32 : fuseserve::cuda::MathMode::kFp32;
+}
+
+// Parameters that determine the prepared weight's layout; batch and input
+// sizes do not, but validation wants them positive.
+fuseserve::cuda::ConvTranspose2dParams WeightLayoutParams(int64_t in_channels,
+                                                          int64_t out_channels,
+                                                          int64_t kernel_size, int64_t stride) {
+  fuseserve::cuda::ConvTranspose2dParams params;
+  params.batch = 1;
+  params.in_height = 1;
+  params.in_width = 1;
+  params.in_channels = in_channels;
+  params.out_channels = out_channels;
+  params.kernel_size = kernel_size;
+  params.stride = stride;
+  return params;
+}
+
+fuseserve::cuda::ConvFamilyParams ConvParams(int64_t batch, int64_t in_channels,
+                                             int64_t out_channels, int64_t height, int64_t width,
+                                             int64_t kernel_size, int64_t stride, int64_t padding,
+                                             int64_t output_padding, int64_t num_groups,
+                                             double eps, int64_t tf32) {
+  fuseserve::cuda::ConvFamilyParams params;
+  params.conv = {batch, in_channels, out_channels, height, width,
+                 kernel_size, stride, padding, output_padding};
+  params.num_groups = num_groups;
+  params.eps = static_cast<float>(eps);
+  params.mode = Mode(tf32);
+  return params;
+}
+
+}  // namespace
+
+extern "C" {
+
+int64_t fs_conv_prepared_weight_size(int64_t in_channels, int64_t out_channels,
+                                     int64_t kernel_size, int64_t stride, int64_t tf32) {
+  return fuseserve::cuda::PreparedConvTransposeWeightSize(
+      WeightLayoutParams(in_channels, out_channels, kernel_size, stride), Mode(tf32));
+}
+
+int fs_conv_prepare_weight(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                           int64_t stride, int64_t tf32, const float* host_weight,
+                           float* host_prepared, char* error, int64_t error_size) {
+  return Report(fuseserve::cuda::PrepareConvTransposeWeight(
+                    WeightLayoutParams(in_channels, out_channels, kernel_size, stride),
+                    Mode(tf32), host_weight, host_prepared),
+                error, error_size);
+}
+
+int64_t fs_conv_workspace_bytes(int64_t batch, int64_t in_channels, int64_t out_channels,
+                                int64_t height, int64_t width, int64_t kernel_size,
+                                int64_t stride, int64_t padding, int64_t output_padding,
+                                int64_t num_groups, double eps, int64_t tf32) {
+  return static_cast<int64_t>(fuseserve::cuda::ConvFamilyWorkspaceBytes(
+      ConvParams(batch, in_channels, out_channels, height, width, kernel_size, stride, padding,
+                 output_padding, num_groups, eps, tf32)));
+}
+
+int fs_conv_family(int64_t batch, int64_t in_channels, int64_t out_channels, int64_t height,
+                   int64_t width, int64_t kernel_size, int64_t stride, int64_t padding,
+                   int64_t output_padding, int64_t num_groups, double eps, int64_t tf32,
+                   const float* input, const float* prepared_weight, const float* bias,
+                   const float* gn_weight, const float* gn_bias, float* output, void* workspace,
+                   void* stream, char* error, int64_t error_size) {
+  const fuseserve::cuda::ConvFamilyWeights weights{prepared_weight, bias, gn_weight, gn_bias};
+  return Report(fuseserve::cuda::RunConvFamily(
+                    ConvParams(batch, in_channels, out_channels, height, width, kernel_size,
+                               stride, padding, output_padding, num_groups, eps, tf32),
+                    weights, input, output, workspace, static_cast<cudaStream_t>(stream)),
+                error, error_size);
+}
+
+void* fs_cublas_create(void* stream) {
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return nullptr;
+  cublasSetStream(handle, static_cast<cudaStream_t>(stream));
+  return handle;
+}
+
+void fs_cublas_destroy(void* handle) {
+  if (handle != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle));
+}
+
+int fs_gemm_family(void* cublas_handle, int64_t batch, int64_t in_features, int64_t out_features,
+                   int64_t num_groups, double hardtanh_min, double hardtanh_max, double eps,
+                   int64_t tf32, const float* input, const float* weight, const float* gemm_bias,
+                   const float* bias, const float* gn_weight, const float* gn_bias, float* output,
+                   void* stream, char* error, int64_t error_size) {
+  fuseserve::cuda::GemmFamilyParams params;
+  params.linear = {batch, in_features, out_features};
+  params.epilogue.batch = batch;
+  params.epilogue.channels = out_features;
+  params.epilogue.num_groups = num_groups;
+  params.epilogue.hardtanh_min = static_cast<float>(hardtanh_min);
+  params.epilogue.hardtanh_max = static_cast<float>(hardtanh_max);
+  params.epilogue.eps = static_cast<float>(eps);
+  params.mode = Mode(tf32);
+  const fuseserve::cuda::GemmFamilyWeights weights{weight, gemm_bias, bias, gn_weight, gn_bias};
+  return Report(fuseserve::cuda::RunGemmFamily(static_cast<cublasHandle_t>(cublas_handle), params,
+                                               weights, input, output,
+                                               static_cast<cudaStream_t>(stream)),
+                error, error_size);
+}
+
+int64_t fs_groupnorm_workspace_bytes(int64_t batch, int64_t channels, int64_t spatial_size,
+                                     int64_t num_groups) {
+  fuseserve::cuda::GroupNormParams params;
+  params.batch = batch;
+  params.channels = channels;
+  params.spatial_size = spatial_size;
+  params.num_groups = num_groups;
+  return static_cast<int64_t>(fuseserve::cuda::GroupNormFamilyWorkspaceBytes(params));
+}
+
+int fs_groupnorm_family(int64_t batch, int64_t channels, int64_t spatial_size,
+                        int64_t num_groups, double eps, const float* input,
+                        const float* gn_weight, const float* gn_bias, float* output,
+                        void* workspace, void* stream, char* error, int64_t error_size) {
+  fuseserve::cuda::GroupNormParams params;
+  params.batch = batch;
+  params.channels = channels;
+  params.spatial_size = spatial_size;
+  params.num_groups = num_groups;
+  params.eps = static_cast<float>(eps);
+  return Report(fuseserve::cuda::RunGroupNormFamily(params, gn_weight, gn_bias, input, output,
+                                                    workspace, static_cast<cudaStream_t>(stream)),
+                error, error_size);
+}
+
+}  // extern "C"

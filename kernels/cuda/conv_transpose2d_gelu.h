@@ -1,0 +1,67 @@
+#pragma once
+
+// ConvTranspose2d (NCHW, weight [C_in, C_out, k, k], dilation 1, groups 1)
+// + bias + exact erf GELU on the GPU, for any kernel size, stride, padding
+// and output_padding, with the GroupNorm statistics of its output
+// accumulated in the epilogue so that the normalisation needs no extra read
+// for statistics (kernels/cuda/group_norm.h GroupNormApply).
+//
+// H_out = (H - 1) * stride - 2 * padding + (k - 1) + output_padding + 1.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/math_mode.h"
+
+namespace fuseserve::cuda {
+
+struct ConvTranspose2dParams {
+  int64_t batch = 0;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t in_height = 0;
+  int64_t in_width = 0;
+  int64_t kernel_size = 1;
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+};
+
+int64_t ConvTranspose2dOutputSize(int64_t in, int64_t kernel_size, int64_t stride,
+                                  int64_t padding, int64_t output_padding);
+
+// InvalidArgument unless every size and the stride are >= 1, padding >= 0,
+// 0 <= output_padding < stride, the output is non-empty, batch <= 65535, and
+// one sample's input and output and the prepared weight each hold fewer than
+// 2^31 elements (the kernels index within a sample in 32 bits).
+absl::Status ValidateConvTranspose2dParams(const ConvTranspose2dParams& params);
+
+// Floats of the device-side weight layout the kernel reads, prepared once
+// at load time from PyTorch's [C_in, C_out, k, k] by PrepareConvTransposeWeight
+// (0 for invalid params). The layout depends on the mode (kTf32 stores
+// TF32-rounded values): prepare with the mode the kernel will run in.
+int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, MathMode mode);
+
+// Writes the prepared layout of `weight` (host, PyTorch layout) into
+// `prepared` (host, PreparedConvTransposeWeightSize floats). Layout changes
+// and precision splits are allowed at load time (SPEC.md §4).
+absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, MathMode mode,
+                                        const float* weight, float* prepared);
+
+// output = GELU(conv_transpose(input) + bias) [N, C_out, H_out, W_out];
+// bias may be null (0). prepared_weight must be 16-byte aligned (cudaMalloc
+// memory is). Stride 1 runs on the tensor cores (kTf32: one TF32 pass;
+// kFp32: 3xTF32); stride > 1 runs in float32 FFMA in both modes.
+// When group_sums is not null, adds each (sample, group)'s sum and sum of
+// squares of the output into group_sums (2 * batch * num_groups doubles,
+// zeroed by the caller; num_groups must divide out_channels); when it is
+// null, num_groups is ignored.
+absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMode mode,
+                                     const float* input, const float* prepared_weight,
+                                     const float* bias, float* output, int64_t num_groups,
+                                     double* group_sums, cudaStream_t stream);
+
+}  // namespace fuseserve::cuda

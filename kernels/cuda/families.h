@@ -1,0 +1,65 @@
+#pragma once
+
+// The three model families composed from the GPU ops, exactly as a GPU
+// instance runs them on its stream (and as bench/ times them): no
+// synchronisation, no allocation — the caller provides device buffers and
+// the workspace.
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/bias_hardtanh_mish_group_norm.h"
+#include "kernels/cuda/conv_transpose2d_gelu.h"
+#include "kernels/cuda/group_norm.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/math_mode.h"
+
+namespace fuseserve::cuda {
+
+// convtranspose_gelu_groupnorm
+struct ConvFamilyParams {
+  ConvTranspose2dParams conv;
+  int64_t num_groups = 0;
+  float eps = 1e-5f;
+  MathMode mode = MathMode::kTf32;
+};
+struct ConvFamilyWeights {
+  const float* prepared_weight = nullptr;  // PrepareConvTransposeWeight layout
+  const float* bias = nullptr;
+  const float* gn_weight = nullptr;
+  const float* gn_bias = nullptr;
+};
+size_t ConvFamilyWorkspaceBytes(const ConvFamilyParams& params);
+absl::Status RunConvFamily(const ConvFamilyParams& params, const ConvFamilyWeights& weights,
+                           const float* input, float* output, void* workspace,
+                           cudaStream_t stream);
+
+// gemm_bias_hardtanh_mish_groupnorm
+struct GemmFamilyParams {
+  LinearParams linear;
+  BiasHardtanhMishGroupNormParams epilogue;  // batch/channels equal linear's
+  MathMode mode = MathMode::kFp32;
+};
+struct GemmFamilyWeights {
+  const float* weight = nullptr;  // [F_out, F_in]
+  const float* gemm_bias = nullptr;
+  const float* bias = nullptr;
+  const float* gn_weight = nullptr;
+  const float* gn_bias = nullptr;
+};
+// `handle` is bound to `stream` by the caller.
+absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params,
+                           const GemmFamilyWeights& weights, const float* input, float* output,
+                           cudaStream_t stream);
+
+// groupnorm
+size_t GroupNormFamilyWorkspaceBytes(const GroupNormParams& params);
+absl::Status RunGroupNormFamily(const GroupNormParams& params, const float* gn_weight,
+                                const float* gn_bias, const float* input, float* output,
+                                void* workspace, cudaStream_t stream);
+
+}  // namespace fuseserve::cuda

@@ -1,0 +1,375 @@
+#include "kernels/cuda/group_norm.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gelu.cuh"
+
+// Schedule. A (sample, group) slab is contiguous in memory ([C/G channels x
+// spatial]), so it is cut into chunks of kChunkElements and every kernel
+// below runs one CTA per (group, chunk): a batch of one still fills the GPU
+// (the reference groupnorm, 64x512x512 with G=8, is 8 x 256 chunks per
+// sample).
+//  1. GroupPartialsKernel: per chunk, the sum and sum of squares of the
+//     values shifted by the group's first value, into the workspace.
+//  2. GroupStatsKernel: per group, the chunks' partials combined in double
+//     into (mean, rstd).
+//  3. NormalizeKernel: y = (v - mean) * (rstd * weight[c]) + bias[c].
+// GroupNormApply runs only step 3, with the statistics from a producer's
+// double sums. The input is read twice (steps 1 and 3).
+//
+// Numerics: each thread adds at most 4 shifted values in float before
+// accumulating in double, so the partial sums carry ~1e-7 relative error
+// even for groups of millions of elements; the shift by the group's first
+// value keeps E[x^2] - E[x]^2 from cancelling when the mean is large
+// relative to the spread. The normalisation subtracts the mean, carried as
+// an unevaluated float sum hi + lo, before scaling (two FSUB + one FFMA per
+// element) instead of folding it into the additive term: a float mean (or
+// the fold) loses |mean| * rstd * 2^-24 absolute accuracy, which a group
+// whose mean is large relative to its spread turns into visible error; the
+// kernel is memory-bound, so the two extra subtractions cost nothing.
+
+namespace fuseserve::cuda {
+namespace {
+
+// 256 threads x 8 float4 loads in flight each: 32 KiB per CTA, enough bytes
+// in flight per SM at several resident CTAs to cover HBM latency.
+constexpr int kThreads = 256;
+constexpr int kVectorsPerThread = 8;
+constexpr int64_t kChunkElements = int64_t{kThreads} * 4 * kVectorsPerThread;
+// GroupStatsKernel: one warp per group.
+constexpr int kStatsThreads = 256;
+
+struct GroupGeometry {
+  int64_t group_size = 0;  // (C / G) * spatial, elements per (sample, group)
+  int64_t chunks_per_group = 0;
+  int64_t total_groups = 0;  // batch * num_groups
+  int64_t total_chunks = 0;
+};
+
+GroupGeometry Geometry(const GroupNormParams& p) {
+  GroupGeometry geometry;
+  geometry.group_size = p.channels / p.num_groups * p.spatial_size;
+  geometry.chunks_per_group = (geometry.group_size + kChunkElements - 1) / kChunkElements;
+  geometry.total_groups = p.batch * p.num_groups;
+  geometry.total_chunks = geometry.total_groups * geometry.chunks_per_group;
+  return geometry;
+}
+
+template <bool kGelu>
+__device__ __forceinline__ float Prologue(float x) {
+  if constexpr (kGelu) {
+    return GeluErf(x);
+  } else {
+    return x;
+  }
+}
+
+__device__ __forceinline__ float LoadOr(const float* values, int64_t index, float fallback) {
+  return values == nullptr ? fallback : __ldg(values + index);
+}
+
+// partials[chunk] = (sum, sum of squares) of prologue(x) - shift over the
+// chunk, shift = prologue(x[group's first element]).
+// Vectorised when `vectorized`: the input is 16-byte aligned and group_size
+// is a multiple of 4 (so every chunk starts and ends on a float4).
+template <bool kGelu>
+__global__ void __launch_bounds__(kThreads)
+    GroupPartialsKernel(const float* __restrict__ input, int64_t group_size,
+                        int64_t chunks_per_group, bool vectorized, double2* __restrict__ partials) {
+  const int64_t block = blockIdx.x;
+  const int64_t group = block / chunks_per_group;
+  const int64_t chunk = block - group * chunks_per_group;
+  const float* x = input + group * group_size;
+  const float shift = Prologue<kGelu>(__ldg(x));
+  const int64_t begin = chunk * kChunkElements;
+  const int64_t end = min(begin + kChunkElements, group_size);
+
+  double sum = 0.0;
+  double sum_squares = 0.0;
+  if (vectorized) {
+    const float4* vectors = reinterpret_cast<const float4*>(x + begin);
+    const int count = static_cast<int>((end - begin) / 4);
+    float4 loaded[kVectorsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) loaded[i] = __ldg(vectors + index);
+    }
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) {
+        const float a = Prologue<kGelu>(loaded[i].x) - shift;
+        const float b = Prologue<kGelu>(loaded[i].y) - shift;
+        const float c = Prologue<kGelu>(loaded[i].z) - shift;
+        const float d = Prologue<kGelu>(loaded[i].w) - shift;
+        sum += static_cast<double>((a + b) + (c + d));
+        sum_squares += static_cast<double>(fmaf(a, a, b * b) + fmaf(c, c, d * d));
+      }
+    }
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      const float a = Prologue<kGelu>(__ldg(x + i)) - shift;
+      sum += static_cast<double>(a);
+      sum_squares += static_cast<double>(a * a);
+    }
+  }
+  const double2 total = BlockSum2(sum, sum_squares);
+  if (threadIdx.x == 0) partials[block] = total;
+}
+
+// A group's statistics as NormalizeKernel uses them: mean = x + y (the
+// double mean split into a float and the float of its remainder), rstd = z.
+__device__ __forceinline__ float4 PackStats(double mean, double variance, float eps) {
+  const float mean_hi = static_cast<float>(mean);
+  return make_float4(mean_hi, static_cast<float>(mean - static_cast<double>(mean_hi)),
+                     static_cast<float>(1.0 / sqrt(variance + static_cast<double>(eps))), 0.0f);
+}
+
+// stats[group] = PackStats of the group's chunk partials; one warp per
+// group, partials combined in double.
+template <bool kGelu>
+__global__ void __launch_bounds__(kStatsThreads)
+    GroupStatsKernel(const float* __restrict__ input, const double2* __restrict__ partials,
+                     int64_t group_size, int64_t chunks_per_group, int64_t total_groups, float eps,
+                     float4* __restrict__ stats) {
+  const int64_t group = (int64_t{blockIdx.x} * kStatsThreads + threadIdx.x) / 32;
+  if (group >= total_groups) return;  // whole warps leave together
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  double sum = 0.0;
+  double sum_squares = 0.0;
+  for (int64_t chunk = lane; chunk < chunks_per_group; chunk += 32) {
+    const double2 partial = partials[group * chunks_per_group + chunk];
+    sum += partial.x;
+    sum_squares += partial.y;
+  }
+  sum = WarpSum(sum);
+  sum_squares = WarpSum(sum_squares);
+  if (lane == 0) {
+    const double count = static_cast<double>(group_size);
+    const double shifted_mean = sum / count;
+    const double variance = fmax(sum_squares / count - shifted_mean * shifted_mean, 0.0);
+    const double shift = static_cast<double>(Prologue<kGelu>(__ldg(input + group * group_size)));
+    stats[group] = PackStats(shift + shifted_mean, variance, eps);
+  }
+}
+
+// Where NormalizeKernel takes a group's (mean, rstd) from.
+struct StatsSource {
+  const float4* stats = nullptr;  // GroupNorm: GroupStatsKernel's output
+  const double* sums = nullptr;   // GroupNormApply: (sum, sum of squares) pairs
+};
+
+// output = ((prologue(input) - mean_hi) - mean_lo) * (rstd * weight[c]) +
+// bias[c] over one chunk of one group. output may equal input (each element
+// is read and then written by the same thread), so the input is read with
+// ordinary loads, not through the read-only cache. Vectorised when
+// `vectorized`: input and output are 16-byte aligned and spatial_size is a
+// multiple of 4 (a float4 then lies in one channel and every chunk boundary
+// is float4-aligned).
+template <bool kGelu>
+__global__ void __launch_bounds__(kThreads)
+    NormalizeKernel(const float* input, const float* __restrict__ weight,
+                    const float* __restrict__ bias, StatsSource source, int64_t num_groups,
+                    int64_t channels_per_group, int64_t spatial_size, int64_t chunks_per_group,
+                    float eps, bool vectorized, float* output) {
+  const int64_t block = blockIdx.x;
+  const int64_t group = block / chunks_per_group;
+  const int64_t chunk = block - group * chunks_per_group;
+  const int64_t group_size = channels_per_group * spatial_size;
+  const int64_t first_channel = (group % num_groups) * channels_per_group;
+
+  __shared__ float4 group_stats;
+  if (threadIdx.x == 0) {
+    if (source.stats != nullptr) {
+      group_stats = source.stats[group];
+    } else {
+      const double count = static_cast<double>(group_size);
+      const double mean = source.sums[2 * group] / count;
+      const double variance = fmax(source.sums[2 * group + 1] / count - mean * mean, 0.0);
+      group_stats = PackStats(mean, variance, eps);
+    }
+  }
+  __syncthreads();
+  const float mean_hi = group_stats.x;
+  const float mean_lo = group_stats.y;
+  const float rstd = group_stats.z;
+
+  // Channel of an element at `offset` within the group; 32-bit division
+  // whenever the group allows it (a 64-bit division is several times longer).
+  const bool narrow = group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
+  auto channel_of = [&](int64_t offset) -> int64_t {
+    if (narrow) {
+      return first_channel + static_cast<uint32_t>(offset) / static_cast<uint32_t>(spatial_size);
+    }
+    return first_channel + offset / spatial_size;
+  };
+
+  const int64_t begin = chunk * kChunkElements;
+  const int64_t end = min(begin + kChunkElements, group_size);
+  const int64_t base = group * group_size;
+  if (vectorized) {
+    const float4* in = reinterpret_cast<const float4*>(input + base + begin);
+    float4* out = reinterpret_cast<float4*>(output + base + begin);
+    const int count = static_cast<int>((end - begin) / 4);
+    float4 loaded[kVectorsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) loaded[i] = in[index];
+    }
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) {
+        const int64_t channel = channel_of(begin + int64_t{index} * 4);
+        const float scale = rstd * LoadOr(weight, channel, 1.0f);
+        const float shift = LoadOr(bias, channel, 0.0f);
+        float4 v = loaded[i];
+        v.x = fmaf((Prologue<kGelu>(v.x) - mean_hi) - mean_lo, scale, shift);
+        v.y = fmaf((Prologue<kGelu>(v.y) - mean_hi) - mean_lo, scale, shift);
+        v.z = fmaf((Prologue<kGelu>(v.z) - mean_hi) - mean_lo, scale, shift);
+        v.w = fmaf((Prologue<kGelu>(v.w) - mean_hi) - mean_lo, scale, shift);
+        __stcs(out + index, v);
+      }
+    }
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      const int64_t channel = channel_of(i);
+      const float scale = rstd * LoadOr(weight, channel, 1.0f);
+      const float v = Prologue<kGelu>(input[base + i]);
+      output[base + i] = fmaf((v - mean_hi) - mean_lo, scale, LoadOr(bias, channel, 0.0f));
+    }
+  }
+}
+
+bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+template <typename Kernel, typename... Args>
+absl::Status Launch(Kernel kernel, int64_t blocks, int threads, cudaStream_t stream, Args... args) {
+  kernel<<<static_cast<unsigned int>(blocks), threads, 0, stream>>>(args...);
+  return CudaStatus(cudaGetLastError(), "GroupNorm kernel launch");
+}
+
+// stats follow the partials, 16-byte aligned (the partials are double2).
+size_t PartialsBytes(const GroupGeometry& geometry) {
+  return static_cast<size_t>(geometry.total_chunks) * sizeof(double2);
+}
+
+absl::Status LaunchNormalize(const GroupNormParams& params, const GroupGeometry& geometry,
+                             const float* input, const float* weight, const float* bias,
+                             StatsSource source, float* output, cudaStream_t stream) {
+  const bool vectorized = Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0;
+  const int64_t channels_per_group = params.channels / params.num_groups;
+  if (params.prologue == GroupNormPrologue::kGeluErf) {
+    return Launch(NormalizeKernel<true>, geometry.total_chunks, kThreads, stream, input, weight,
+                  bias, source, params.num_groups, channels_per_group, params.spatial_size,
+                  geometry.chunks_per_group, params.eps, vectorized, output);
+  }
+  return Launch(NormalizeKernel<false>, geometry.total_chunks, kThreads, stream, input, weight,
+                bias, source, params.num_groups, channels_per_group, params.spatial_size,
+                geometry.chunks_per_group, params.eps, vectorized, output);
+}
+
+}  // namespace
+
+absl::Status ValidateGroupNormParams(const GroupNormParams& p) {
+  if (p.batch < 1 || p.channels < 1 || p.spatial_size < 1 || p.num_groups < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupNorm sizes must be >= 1: batch ", p.batch,
+                                                   ", channels ", p.channels, ", spatial_size ",
+                                                   p.spatial_size, ", num_groups ", p.num_groups));
+  }
+  if (p.channels % p.num_groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupNorm num_groups ", p.num_groups,
+                                                   " does not divide channels ", p.channels));
+  }
+  if (!std::isfinite(p.eps) || p.eps <= 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupNorm eps must be finite and > 0, got ", p.eps));
+  }
+  if (p.prologue != GroupNormPrologue::kNone && p.prologue != GroupNormPrologue::kGeluErf) {
+    return absl::InvalidArgumentError("GroupNorm prologue is not a GroupNormPrologue value");
+  }
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  if (p.channels > kMax / p.batch || p.spatial_size > kMax / (p.batch * p.channels)) {
+    return absl::InvalidArgumentError("GroupNorm element count overflows int64");
+  }
+  const GroupGeometry geometry = Geometry(p);
+  if (geometry.total_chunks > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupNorm tensor too large: ", geometry.total_chunks, " chunks of ",
+                     kChunkElements, " elements exceed the grid"));
+  }
+  return absl::OkStatus();
+}
+
+size_t GroupNormWorkspaceBytes(const GroupNormParams& params) {
+  if (!ValidateGroupNormParams(params).ok()) return 0;
+  const GroupGeometry geometry = Geometry(params);
+  return PartialsBytes(geometry) + static_cast<size_t>(geometry.total_groups) * sizeof(float4);
+}
+
+absl::Status GroupNorm(const GroupNormParams& params, const float* input, const float* weight,
+                       const float* bias, float* output, void* workspace, cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateGroupNormParams(params));
+  if (input == nullptr || output == nullptr || workspace == nullptr) {
+    return absl::InvalidArgumentError("GroupNorm: input, output and workspace must be non-null");
+  }
+  if (!Aligned16(workspace)) {
+    return absl::InvalidArgumentError("GroupNorm: workspace must be 16-byte aligned");
+  }
+  const GroupGeometry geometry = Geometry(params);
+  auto* partials = static_cast<double2*>(workspace);
+  auto* stats = reinterpret_cast<float4*>(static_cast<char*>(workspace) + PartialsBytes(geometry));
+  const bool gelu = params.prologue == GroupNormPrologue::kGeluErf;
+  const bool vectorized = Aligned16(input) && geometry.group_size % 4 == 0;
+
+  if (gelu) {
+    RETURN_IF_ERROR(Launch(GroupPartialsKernel<true>, geometry.total_chunks, kThreads, stream,
+                           input, geometry.group_size, geometry.chunks_per_group, vectorized,
+                           partials));
+  } else {
+    RETURN_IF_ERROR(Launch(GroupPartialsKernel<false>, geometry.total_chunks, kThreads, stream,
+                           input, geometry.group_size, geometry.chunks_per_group, vectorized,
+                           partials));
+  }
+  const int64_t stats_blocks = (geometry.total_groups * 32 + kStatsThreads - 1) / kStatsThreads;
+  if (gelu) {
+    RETURN_IF_ERROR(Launch(GroupStatsKernel<true>, stats_blocks, kStatsThreads, stream, input,
+                           static_cast<const double2*>(partials), geometry.group_size,
+                           geometry.chunks_per_group, geometry.total_groups, params.eps, stats));
+  } else {
+    RETURN_IF_ERROR(Launch(GroupStatsKernel<false>, stats_blocks, kStatsThreads, stream, input,
+                           static_cast<const double2*>(partials), geometry.group_size,
+                           geometry.chunks_per_group, geometry.total_groups, params.eps, stats));
+  }
+  StatsSource source;
+  source.stats = stats;
+  return LaunchNormalize(params, geometry, input, weight, bias, source, output, stream);
+}
+
+absl::Status GroupNormApply(const GroupNormParams& params, const double* group_sums,
+                            const float* weight, const float* bias, float* data,
+                            cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateGroupNormParams(params));
+  if (params.prologue != GroupNormPrologue::kNone) {
+    return absl::InvalidArgumentError("GroupNormApply: the prologue must be kNone");
+  }
+  if (group_sums == nullptr || data == nullptr) {
+    return absl::InvalidArgumentError("GroupNormApply: group_sums and data must be non-null");
+  }
+  StatsSource source;
+  source.sums = group_sums;
+  return LaunchNormalize(params, Geometry(params), data, weight, bias, source, data, stream);
+}
+
+}  // namespace fuseserve::cuda

@@ -1,0 +1,63 @@
+#pragma once
+
+// GroupNorm on the GPU for [N, C, *] float32 tensors of any rank, with an
+// optional elementwise prologue (exact erf GELU) applied before the
+// statistics — PyTorch's semantics (SPEC.md §1.3): biased variance over the
+// group's C/G channels and all spatial positions of one sample,
+// (x - mean) * rsqrt(var + eps) * weight + bias.
+//
+// Two entry points:
+//  - GroupNorm: statistics and normalisation of `input` (two reads of the
+//    input at most; see the .cu for the current schedule);
+//  - GroupNormApply: normalisation only, from per-(sample, group) sums that a
+//    producer kernel (the transposed convolution's epilogue) accumulated.
+// Launchers validate their arguments (InvalidArgument, nothing launched),
+// enqueue on `stream` and never synchronise.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fuseserve::cuda {
+
+enum class GroupNormPrologue { kNone, kGeluErf };
+
+struct GroupNormParams {
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t spatial_size = 1;  // product of the dims after C (1 for [N, C])
+  int64_t num_groups = 0;
+  float eps = 1e-5f;
+  GroupNormPrologue prologue = GroupNormPrologue::kNone;
+};
+
+absl::Status ValidateGroupNormParams(const GroupNormParams& params);
+
+// Device scratch GroupNorm needs for `params` (may be 0).
+size_t GroupNormWorkspaceBytes(const GroupNormParams& params);
+
+// output = GroupNorm(prologue(input)); device pointers; output may equal
+// input, otherwise they must not overlap. weight, bias: [channels], or null
+// for 1 and 0. `workspace` holds GroupNormWorkspaceBytes(params) bytes,
+// 16-byte aligned (cudaMalloc's alignment). Deterministic: the same inputs
+// give bitwise the same output.
+absl::Status GroupNorm(const GroupNormParams& params, const float* input, const float* weight,
+                       const float* bias, float* output, void* workspace, cudaStream_t stream);
+
+// Per-(sample, group) statistics as a producer accumulates them:
+// group_sums[2 * (n * num_groups + g)] = sum of the group's values,
+// group_sums[2 * (n * num_groups + g) + 1] = sum of their squares.
+// In double: the producer adds millions of terms per group.
+//
+// data = (data - mean) * rsqrt(var + eps) * weight + bias in place, with
+// mean = sum / L and var = max(sum_sq / L - mean^2, 0) in double
+// (L = C / G * spatial_size); the prologue of `params` must be kNone (data
+// already holds the activations). weight, bias: [channels], or null.
+absl::Status GroupNormApply(const GroupNormParams& params, const double* group_sums,
+                            const float* weight, const float* bias, float* data,
+                            cudaStream_t stream);
+
+}  // namespace fuseserve::cuda

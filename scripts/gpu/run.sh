@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU host (through `device`, with .devpkg carried): the GPU unit
+# tests, compute-sanitizer memcheck and racecheck on them, the server end to
+# end on GPU instances, and (with --bench) the kernel benchmark against
+# PyTorch eager and torch.compile. Logs and JSON go to $OUT.
+#   scripts/gpu/run.sh tests     # tests + sanitizers + e2e
+#   scripts/gpu/run.sh bench     # kernel benchmark
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fuseserve-gpu-out}
+mkdir -p "$OUT"
+PKG=/tmp/fuseserve-devpkg
+mkdir -p "$PKG" && tar -C "$PKG" -xJf .devpkg/pkg.tar.xz
+export LD_LIBRARY_PATH=$PKG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+BIN=$PKG/bin
+status=0
+step() {
+  local name=$1; shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT/$name.log"
+  echo "=== $name: exit $rc in $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || status=1
+}
+
+nvidia-smi -L
+case "${1:-tests}" in
+  tests)
+    step unit_tests sh -c "$BIN/cuda_runtime_test && $BIN/cuda_kernels_test"
+    # The sanitizers run every kernel test except the reference-size ones
+    # (minutes under instrumentation); those run above, uninstrumented.
+    step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+    step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+      "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+    step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
+    ;;
+  bench)
+    # Python gets only the C ABI library's own dependencies (Abseil): the
+    # rest of the package (OpenSSL, protobuf, ...) would shadow PyTorch's, and
+    # PyTorch has already loaded the CUDA runtime and cuBLAS the library uses.
+    mkdir -p "$PKG/capi" && ln -sf "$PKG"/lib/libabsl_* "$PKG/lib/libfuseserve_kernels_capi.so" "$PKG/capi/"
+    step kernel_bench env LD_LIBRARY_PATH="$PKG/capi" python3 bench/kernel_bench.py \
+      --lib "$PKG/capi/libfuseserve_kernels_capi.so" --out "$OUT" "${@:2}"
+    cat "$OUT/kernel_bench.log" | tail -n 30
+    ;;
+esac
+exit $status

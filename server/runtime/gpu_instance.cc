@@ -1,0 +1,218 @@
+#include "server/runtime/gpu_instance.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/resources.h"
+#include "server/runtime/batch_io.h"
+
+namespace fuseserve {
+namespace {
+
+// Owns a cuBLAS handle.
+class CublasHandle {
+ public:
+  static absl::StatusOr<CublasHandle> Create(cudaStream_t stream) {
+    CublasHandle handle;
+    if (cublasCreate(&handle.handle_) != CUBLAS_STATUS_SUCCESS) {
+      handle.handle_ = nullptr;
+      return absl::InternalError("cublasCreate failed");
+    }
+    if (cublasSetStream(handle.handle_, stream) != CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError("cublasSetStream failed");
+    }
+    return handle;
+  }
+  CublasHandle() = default;
+  CublasHandle(CublasHandle&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CublasHandle& operator=(CublasHandle&& other) noexcept {
+    std::swap(handle_, other.handle_);
+    return *this;
+  }
+  ~CublasHandle() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+class GpuInstance final : public Instance {
+ public:
+  GpuInstance(GpuInstanceOptions options, cuda::Stream stream, CublasHandle cublas,
+              std::unique_ptr<GpuExecutor> executor, cuda::Event start, cuda::Event input_done,
+              cuda::Event infer_done, cuda::Event output_done)
+      : options_(std::move(options)),
+        stream_(std::move(stream)),
+        cublas_(std::move(cublas)),
+        executor_(std::move(executor)),
+        start_(std::move(start)),
+        input_done_(std::move(input_done)),
+        infer_done_(std::move(infer_done)),
+        output_done_(std::move(output_done)) {}
+
+  const std::string& name() const override { return options_.name; }
+  bool healthy() const override { return healthy_.load(); }
+
+  // Allocates buffers for `input_shape` (and its output) if they are larger
+  // than those held.
+  absl::Status Reserve(const Shape& input_shape) {
+    ASSIGN_OR_RETURN(const Shape output_shape, options_.model->OutputShape(input_shape));
+    const size_t in_bytes = NumElements(input_shape) * sizeof(float);
+    const size_t out_bytes = NumElements(output_shape) * sizeof(float);
+    if (in_bytes > device_input_.bytes()) {
+      ASSIGN_OR_RETURN(device_input_, cuda::DeviceBuffer::Allocate(in_bytes));
+      ASSIGN_OR_RETURN(pinned_input_, cuda::PinnedBuffer::Allocate(in_bytes));
+    }
+    if (out_bytes > device_output_.bytes()) {
+      ASSIGN_OR_RETURN(device_output_, cuda::DeviceBuffer::Allocate(out_bytes));
+      ASSIGN_OR_RETURN(pinned_output_, cuda::PinnedBuffer::Allocate(out_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  void Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
+    if (batch.empty()) return;
+    const absl::Time start = options_.clock->Now();
+    int64_t batch_size = 0;
+    for (const auto& request : batch) batch_size += request->batch_size;
+    Timings timings;
+    const absl::Status status = Run(batch, &timings);
+    const absl::Time end = options_.clock->Now();
+    if (status.code() == absl::StatusCode::kInternal) {
+      // A device error may be sticky; stop advertising readiness.
+      healthy_.store(false);
+      FS_LOG(ERROR) << "instance " << options_.name << " is unhealthy: " << status.message();
+    }
+    const absl::Time input_done = start + timings.input;
+    const absl::Time infer_done = input_done + timings.infer;
+    for (auto& request : batch) {
+      request->timestamps.input_done = input_done;
+      request->timestamps.infer_done = infer_done;
+      request->timestamps.output_done = end;
+    }
+    if (options_.metrics != nullptr) {
+      options_.metrics->RecordExecution(batch_size, timings.input, timings.infer,
+                                        end - infer_done);
+    }
+    CompleteBatch(batch, status.ok() ? status
+                                     : absl::Status(status.code(),
+                                                    absl::StrCat("instance ", options_.name,
+                                                                 " failed: ", status.message())));
+  }
+
+ private:
+  struct Timings {
+    absl::Duration input = absl::ZeroDuration();  // gather + H2D
+    absl::Duration infer = absl::ZeroDuration();  // kernels
+  };
+
+  absl::Status Run(std::vector<std::unique_ptr<InferenceRequest>>& batch, Timings* timings) {
+    RETURN_IF_CUDA_ERROR(cudaSetDevice(options_.device));
+    const absl::Time start = options_.clock->Now();
+    const Shape input_shape = StackedInputShape(batch);
+    ASSIGN_OR_RETURN(const Shape output_shape, options_.model->OutputShape(input_shape));
+    RETURN_IF_ERROR(Reserve(input_shape));
+    const size_t in_bytes = NumElements(input_shape) * sizeof(float);
+    const size_t out_bytes = NumElements(output_shape) * sizeof(float);
+
+    char* cursor = pinned_input_.as<char>();
+    for (const auto& request : batch) {
+      const size_t bytes = NumElements(request->input_shape) * sizeof(float);
+      std::memcpy(cursor, request->input, bytes);
+      cursor += bytes;
+    }
+    const absl::Duration gather = options_.clock->Now() - start;
+
+    cudaStream_t stream = stream_.get();
+    RETURN_IF_ERROR(start_.Record(stream));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device_input_.data(), pinned_input_.data(), in_bytes,
+                                         cudaMemcpyHostToDevice, stream));
+    RETURN_IF_ERROR(input_done_.Record(stream));
+    const GpuLaunchContext context{stream, cublas_.get()};
+    RETURN_IF_ERROR(executor_->Enqueue(context, device_input_.as<float>(), input_shape,
+                                       device_output_.as<float>()));
+    RETURN_IF_ERROR(infer_done_.Record(stream));
+    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(pinned_output_.data(), device_output_.data(), out_bytes,
+                                         cudaMemcpyDeviceToHost, stream));
+    RETURN_IF_ERROR(output_done_.Record(stream));
+    // Waits for this instance's stream only.
+    RETURN_IF_ERROR(output_done_.Synchronize());
+    RETURN_IF_CUDA_ERROR(cudaGetLastError());
+
+    ASSIGN_OR_RETURN(const float h2d_ms, input_done_.ElapsedMsSince(start_));
+    ASSIGN_OR_RETURN(const float infer_ms, infer_done_.ElapsedMsSince(input_done_));
+    timings->input = gather + absl::Microseconds(static_cast<int64_t>(h2d_ms * 1000));
+    timings->infer = absl::Microseconds(static_cast<int64_t>(infer_ms * 1000));
+
+    const char* source = pinned_output_.as<char>();
+    for (auto& request : batch) {
+      const Shape shape = RequestOutputShape(output_shape, *request, batch.size());
+      const size_t bytes = NumElements(shape) * sizeof(float);
+      std::memcpy(request->allocate_output(shape), source, bytes);
+      source += bytes;
+    }
+    return absl::OkStatus();
+  }
+
+  const GpuInstanceOptions options_;
+  cuda::Stream stream_;
+  CublasHandle cublas_;
+  std::unique_ptr<GpuExecutor> executor_;
+  cuda::Event start_, input_done_, infer_done_, output_done_;
+  cuda::DeviceBuffer device_input_, device_output_;
+  cuda::PinnedBuffer pinned_input_, pinned_output_;
+  std::atomic<bool> healthy_{true};
+};
+
+bool HasUnknownDims(const Shape& shape) {
+  for (int64_t dim : shape) {
+    if (dim < 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int GpuDeviceCount() { return cuda::DeviceCount(); }
+
+absl::StatusOr<GpuDeviceMemory> QueryGpuMemory(int device) {
+  ASSIGN_OR_RETURN(const cuda::DeviceInfo info, cuda::GetDeviceInfo(device));
+  ASSIGN_OR_RETURN(const int64_t used, cuda::DeviceMemoryUsedBytes(device));
+  return GpuDeviceMemory{info.uuid, info.name, used, info.total_memory_bytes};
+}
+
+absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOptions& options) {
+  if (options.device < 0 || options.device >= GpuDeviceCount()) {
+    return absl::InvalidArgumentError(absl::StrCat("GPU ", options.device, " does not exist (",
+                                                   GpuDeviceCount(), " device(s) present)"));
+  }
+  RETURN_IF_CUDA_ERROR(cudaSetDevice(options.device));
+  ASSIGN_OR_RETURN(cuda::Stream stream, cuda::Stream::Create());
+  ASSIGN_OR_RETURN(CublasHandle cublas, CublasHandle::Create(stream.get()));
+  ASSIGN_OR_RETURN(std::unique_ptr<GpuExecutor> executor, options.model->CreateGpuExecutor());
+  ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
+  ASSIGN_OR_RETURN(cuda::Event input_done, cuda::Event::Create());
+  ASSIGN_OR_RETURN(cuda::Event infer_done, cuda::Event::Create());
+  ASSIGN_OR_RETURN(cuda::Event output_done, cuda::Event::Create());
+  auto instance = std::make_unique<GpuInstance>(
+      options, std::move(stream), std::move(cublas), std::move(executor), std::move(start),
+      std::move(input_done), std::move(infer_done), std::move(output_done));
+  if (!HasUnknownDims(options.max_input_shape)) {
+    RETURN_IF_ERROR(instance->Reserve(options.max_input_shape));
+  }
+  return instance;
+}
+
+}  // namespace fuseserve

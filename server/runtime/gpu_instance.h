@@ -1,0 +1,51 @@
+#pragma once
+
+// GPU instances (SPEC.md §4): each owns a CUDA stream, a cuBLAS handle bound
+// to it, device buffers and pinned host staging buffers for its batches, and
+// the model's GpuExecutor (device weights). A batch is gathered into pinned
+// memory, copied to the device, computed and copied back, all asynchronously
+// on the instance's stream; the instance's own thread then waits for its
+// stream only, so instances on one GPU overlap one another's copies and
+// compute. Built from gpu_instance.cc with CUDA, gpu_instance_unavailable.cc
+// without (no devices; creating one fails).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/shape.h"
+#include "server/batching/clock.h"
+#include "server/metrics/model_metrics.h"
+#include "server/runtime/instance.h"
+#include "server/runtime/model.h"
+
+namespace fuseserve {
+
+// Usable CUDA devices (0 without a driver, a device or a CUDA build).
+int GpuDeviceCount();
+
+struct GpuDeviceMemory {
+  std::string uuid;
+  std::string name;
+  int64_t used_bytes = 0;
+  int64_t total_bytes = 0;
+};
+absl::StatusOr<GpuDeviceMemory> QueryGpuMemory(int device);
+
+struct GpuInstanceOptions {
+  std::string name;  // for logs, e.g. "gemm/1 gpu0#1"
+  int device = 0;
+  const Model* model = nullptr;
+  Clock* clock = nullptr;
+  ModelMetrics* metrics = nullptr;
+  // The largest input the batcher can hand over: [max_batch_size] + config
+  // dims when batching, else the config dims. Buffers for it are allocated
+  // at creation when it has no -1; otherwise at the first batch of each new
+  // largest size.
+  Shape max_input_shape;
+};
+
+absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOptions& options);
+
+}  // namespace fuseserve

@@ -1,0 +1,400 @@
+#include "kernels/cuda/group_norm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/resources.h"
+#include "kernels/reference/error_metrics.h"
+#include "kernels/reference/ops.h"
+#include "kernels/reference/test_data.h"
+
+namespace fuseserve::cuda {
+namespace {
+
+using reference::CompareToReference;
+using reference::ErrorStats;
+using reference::kFp32Tolerance;
+
+// Copies `host` into a new device buffer (plus `pad_floats` leading floats,
+// for tests that need a misaligned start).
+DeviceBuffer ToDevice(const std::vector<float>& host, size_t pad_floats = 0) {
+  auto buffer = DeviceBuffer::Allocate((host.size() + pad_floats) * sizeof(float));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  if (!buffer.ok()) return DeviceBuffer();
+  EXPECT_EQ(cudaMemcpy(buffer->as<float>() + pad_floats, host.data(), host.size() * sizeof(float),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  return std::move(*buffer);
+}
+
+// A device buffer of `count` floats (plus padding) filled with NaN (all bits
+// set), so that elements a kernel fails to write fail the comparison.
+DeviceBuffer PoisonedDevice(int64_t count, size_t pad_floats = 0) {
+  auto buffer = DeviceBuffer::Allocate((count + pad_floats) * sizeof(float));
+  EXPECT_TRUE(buffer.ok()) << buffer.status();
+  if (!buffer.ok()) return DeviceBuffer();
+  EXPECT_EQ(cudaMemset(buffer->data(), 0xFF, buffer->bytes()), cudaSuccess);
+  return std::move(*buffer);
+}
+
+std::vector<float> ToHost(const float* device, int64_t count) {
+  std::vector<float> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(float), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+struct Case {
+  int64_t batch;
+  int64_t channels;
+  std::vector<int64_t> spatial_dims;  // dims after C: empty for rank 2
+  int64_t num_groups;
+
+  int64_t spatial_size() const {
+    int64_t size = 1;
+    for (int64_t d : spatial_dims) size *= d;
+    return size;
+  }
+  int64_t count() const { return batch * channels * spatial_size(); }
+  std::string ToString() const {
+    return absl::StrCat("[", batch, ", ", channels, spatial_dims.empty() ? "" : ", ",
+                        absl::StrJoin(spatial_dims, ", "), "] G=", num_groups);
+  }
+  GroupNormParams params(GroupNormPrologue prologue = GroupNormPrologue::kNone) const {
+    GroupNormParams p;
+    p.batch = batch;
+    p.channels = channels;
+    p.spatial_size = spatial_size();
+    p.num_groups = num_groups;
+    p.prologue = prologue;
+    return p;
+  }
+};
+
+// Ranks 2 to 5; C=6,G=3 and C=64,G=8; batch 1; odd spatial sizes (scalar
+// path); multiples of 4 (vector path); groups of one and of several chunks.
+const std::vector<Case>& Cases() {
+  static const auto* cases = new std::vector<Case>{
+      {4, 6, {}, 3},         {1, 64, {}, 8},      {5, 96, {}, 8},       {2, 6, {7}, 3},
+      {3, 64, {33}, 8},      {1, 64, {7, 5}, 8},  {2, 6, {7, 5}, 3},    {2, 64, {16, 16}, 8},
+      {1, 8, {100, 100}, 1}, {1, 6, {91, 91}, 3}, {2, 6, {3, 4, 5}, 3}, {1, 64, {4, 5, 7}, 8},
+      {1, 1, {1}, 1},        {3, 16, {4}, 16},
+  };
+  return *cases;
+}
+
+// The float64 reference of GroupNorm(prologue(input)).
+std::vector<double> Reference(const Case& c, GroupNormPrologue prologue,
+                              const std::vector<float>& input, const std::vector<float>& weight,
+                              const std::vector<float>& bias) {
+  reference::GroupNormShape shape;
+  shape.batch = c.batch;
+  shape.channels = c.channels;
+  shape.spatial_size = c.spatial_size();
+  shape.num_groups = c.num_groups;
+  if (prologue == GroupNormPrologue::kNone) {
+    return reference::GroupNorm(shape, input.data(), weight.data(), bias.data());
+  }
+  const std::vector<double> activated = reference::Gelu(input.data(), c.count());
+  const std::vector<double> w(weight.begin(), weight.end());
+  const std::vector<double> b(bias.begin(), bias.end());
+  return reference::GroupNorm(shape, activated.data(), w.data(), b.data());
+}
+
+class CudaGroupNormTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    auto stream = Stream::Create();
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    stream_ = std::move(*stream);
+  }
+
+  // GroupNorm on the GPU into a NaN-poisoned output (or in place), with the
+  // input and output starting `pad_floats` floats into their buffers.
+  std::vector<float> Run(const GroupNormParams& params, const std::vector<float>& input,
+                         const std::vector<float>& weight, const std::vector<float>& bias,
+                         bool in_place = false, size_t pad_floats = 0) {
+    DeviceBuffer in = ToDevice(input, pad_floats);
+    DeviceBuffer w = ToDevice(weight);
+    DeviceBuffer b = ToDevice(bias);
+    DeviceBuffer out;
+    if (!in_place) out = PoisonedDevice(static_cast<int64_t>(input.size()), pad_floats);
+    auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(params));
+    EXPECT_TRUE(workspace.ok()) << workspace.status();
+    if (!workspace.ok()) return {};
+    float* output = (in_place ? in.as<float>() : out.as<float>()) + pad_floats;
+    const absl::Status status = GroupNorm(params, in.as<float>() + pad_floats, w.as<float>(),
+                                          b.as<float>(), output, workspace->data(), stream_.get());
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(stream_.Synchronize().ok());
+    return ToHost(output, static_cast<int64_t>(input.size()));
+  }
+
+  void ExpectMatchesReference(const Case& c, GroupNormPrologue prologue, bool normal_input,
+                              uint64_t seed) {
+    SCOPED_TRACE(absl::StrCat(c.ToString(), normal_input ? " N(0,1)" : " U[0,1)",
+                              prologue == GroupNormPrologue::kGeluErf ? " GELU" : ""));
+    const std::vector<float> input = normal_input ? reference::RandomNormal(c.count(), seed)
+                                                  : reference::RandomUniform(c.count(), seed);
+    const std::vector<float> weight = reference::RandomNormal(c.channels, seed + 1);
+    const std::vector<float> bias = reference::RandomNormal(c.channels, seed + 2);
+    const std::vector<float> actual = Run(c.params(prologue), input, weight, bias);
+    const ErrorStats error =
+        CompareToReference(actual, Reference(c, prologue, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  }
+
+  Stream stream_;
+};
+
+TEST_F(CudaGroupNormTest, MatchesFloat64ReferenceOverRanksAndGroupings) {
+  uint64_t seed = 100;
+  for (const Case& c : Cases()) {
+    ExpectMatchesReference(c, GroupNormPrologue::kNone, /*normal_input=*/false, seed++);
+    ExpectMatchesReference(c, GroupNormPrologue::kNone, /*normal_input=*/true, seed++);
+  }
+}
+
+TEST_F(CudaGroupNormTest, GeluPrologueMatchesGroupNormOfGelu) {
+  uint64_t seed = 200;
+  for (const Case& c : Cases()) {
+    ExpectMatchesReference(c, GroupNormPrologue::kGeluErf, /*normal_input=*/false, seed++);
+    ExpectMatchesReference(c, GroupNormPrologue::kGeluErf, /*normal_input=*/true, seed++);
+  }
+}
+
+TEST_F(CudaGroupNormTest, KeepsAccuracyWhenTheMeanDwarfsTheSpread) {
+  const Case c{2, 64, {40, 40}, 8};
+  const std::vector<float> input = reference::RandomNormal(c.count(), 7, /*mean=*/100.0f);
+  const std::vector<float> weight = reference::RandomUniform(c.channels, 8, 0.5f, 1.5f);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 9);
+  const ErrorStats error =
+      CompareToReference(Run(c.params(), input, weight, bias),
+                         Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+  EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+}
+
+TEST_F(CudaGroupNormTest, RunsInPlace) {
+  const Case c{3, 64, {9, 11}, 8};
+  const std::vector<float> input = reference::RandomNormal(c.count(), 11);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 12);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 13);
+  for (GroupNormPrologue prologue : {GroupNormPrologue::kNone, GroupNormPrologue::kGeluErf}) {
+    const ErrorStats error =
+        CompareToReference(Run(c.params(prologue), input, weight, bias, /*in_place=*/true),
+                           Reference(c, prologue, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  }
+}
+
+TEST_F(CudaGroupNormTest, HandlesPointersThatAreNotSixteenByteAligned) {
+  const Case c{2, 8, {16, 16}, 4};
+  const std::vector<float> input = reference::RandomNormal(c.count(), 21);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 22);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 23);
+  const ErrorStats error =
+      CompareToReference(Run(c.params(), input, weight, bias, /*in_place=*/false, /*pad_floats=*/1),
+                         Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+  EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+}
+
+TEST_F(CudaGroupNormTest, NullAffineParametersMeanWeightOneAndBiasZero) {
+  const Case c{2, 6, {5, 5}, 3};
+  const std::vector<float> input = reference::RandomNormal(c.count(), 31);
+  DeviceBuffer in = ToDevice(input);
+  DeviceBuffer out = PoisonedDevice(c.count());
+  auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(c.params()));
+  ASSERT_TRUE(workspace.ok());
+  ASSERT_TRUE(GroupNorm(c.params(), in.as<float>(), nullptr, nullptr, out.as<float>(),
+                        workspace->data(), stream_.get())
+                  .ok());
+  ASSERT_TRUE(stream_.Synchronize().ok());
+  const std::vector<float> ones(c.channels, 1.0f);
+  const std::vector<float> zeros(c.channels, 0.0f);
+  const ErrorStats error =
+      CompareToReference(ToHost(out.as<float>(), c.count()),
+                         Reference(c, GroupNormPrologue::kNone, input, ones, zeros));
+  EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+}
+
+TEST_F(CudaGroupNormTest, IsDeterministic) {
+  const Case c{1, 64, {64, 64}, 8};
+  const std::vector<float> input = reference::RandomNormal(c.count(), 41);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 42);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 43);
+  const std::vector<float> first = Run(c.params(), input, weight, bias);
+  const std::vector<float> second = Run(c.params(), input, weight, bias);
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+}
+
+TEST_F(CudaGroupNormTest, ApplyNormalisesFromHostComputedSums) {
+  uint64_t seed = 300;
+  for (const Case& c :
+       std::vector<Case>{{2, 64, {7, 5}, 8}, {1, 6, {9}, 3}, {3, 64, {16, 16}, 8}, {4, 6, {}, 3}}) {
+    SCOPED_TRACE(c.ToString());
+    const std::vector<float> input = reference::RandomUniform(c.count(), seed++);
+    const std::vector<float> weight = reference::RandomNormal(c.channels, seed++);
+    const std::vector<float> bias = reference::RandomNormal(c.channels, seed++);
+    const int64_t group_size = c.channels / c.num_groups * c.spatial_size();
+    std::vector<double> sums(2 * c.batch * c.num_groups, 0.0);
+    for (int64_t i = 0; i < c.count(); ++i) {
+      sums[2 * (i / group_size)] += input[i];
+      sums[2 * (i / group_size) + 1] += static_cast<double>(input[i]) * input[i];
+    }
+    DeviceBuffer data = ToDevice(input);
+    DeviceBuffer w = ToDevice(weight);
+    DeviceBuffer b = ToDevice(bias);
+    auto device_sums = DeviceBuffer::Allocate(sums.size() * sizeof(double));
+    ASSERT_TRUE(device_sums.ok());
+    ASSERT_EQ(
+        cudaMemcpy(device_sums->data(), sums.data(), device_sums->bytes(), cudaMemcpyHostToDevice),
+        cudaSuccess);
+    const absl::Status status = GroupNormApply(c.params(), device_sums->as<double>(), w.as<float>(),
+                                               b.as<float>(), data.as<float>(), stream_.get());
+    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_TRUE(stream_.Synchronize().ok());
+    const ErrorStats error =
+        CompareToReference(ToHost(data.as<float>(), c.count()),
+                           Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  }
+}
+
+// One sample of the reference shape: 8 groups of 2 Mi elements, each split
+// over 256 CTAs.
+TEST_F(CudaGroupNormTest, LargeGroupsOfTwoMebiElementsKeepFp32Accuracy) {
+  const Case c{1, 64, {512, 512}, 8};
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 51);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 52);
+  for (bool normal : {false, true}) {
+    SCOPED_TRACE(normal ? "N(0,1)" : "U[0,1)");
+    const std::vector<float> input =
+        normal ? reference::RandomNormal(c.count(), 53) : reference::RandomUniform(c.count(), 54);
+    const ErrorStats error =
+        CompareToReference(Run(c.params(), input, weight, bias),
+                           Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  }
+}
+
+// The reference groupnorm shape (SPEC.md §1.3), 112x64x512x512: 7.5 GB in
+// and out. Samples 0, 55 and 111 hold distinct data checked against the
+// float64 reference; every other sample is a copy of sample 0, whose output
+// must then equal sample 0's bit for bit.
+TEST_F(CudaGroupNormTest, ReferenceShapeMatchesFloat64Reference) {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (free_bytes < (size_t{20} << 30)) GTEST_SKIP() << "needs 20 GiB of free GPU memory";
+  const Case c{112, 64, {512, 512}, 8};
+  const Case sample{1, 64, {512, 512}, 8};
+  const int64_t sample_count = sample.count();
+  const size_t sample_bytes = sample_count * sizeof(float);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 61);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 62);
+  const std::vector<int64_t> distinct = {0, 55, 111};
+  std::vector<std::vector<float>> inputs;
+  inputs.push_back(reference::RandomUniform(sample_count, 63));
+  inputs.push_back(reference::RandomNormal(sample_count, 64));
+  inputs.push_back(reference::RandomUniform(sample_count, 65, -2.0f, 3.0f));
+
+  auto in = DeviceBuffer::Allocate(c.count() * sizeof(float));
+  auto out = DeviceBuffer::Allocate(c.count() * sizeof(float));
+  auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(c.params()));
+  ASSERT_TRUE(in.ok() && out.ok() && workspace.ok());
+  ASSERT_EQ(cudaMemset(out->data(), 0xFF, out->bytes()), cudaSuccess);
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    ASSERT_EQ(cudaMemcpy(in->as<float>() + distinct[i] * sample_count, inputs[i].data(),
+                         sample_bytes, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  for (int64_t n = 1; n < c.batch; ++n) {
+    if (n == 55 || n == 111) continue;
+    ASSERT_EQ(cudaMemcpy(in->as<float>() + n * sample_count, in->as<float>(), sample_bytes,
+                         cudaMemcpyDeviceToDevice),
+              cudaSuccess);
+  }
+  DeviceBuffer w = ToDevice(weight);
+  DeviceBuffer b = ToDevice(bias);
+  const absl::Status status = GroupNorm(c.params(), in->as<float>(), w.as<float>(), b.as<float>(),
+                                        out->as<float>(), workspace->data(), stream_.get());
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(stream_.Synchronize().ok());
+
+  std::vector<float> first_output;
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("sample ", distinct[i]));
+    std::vector<float> actual = ToHost(out->as<float>() + distinct[i] * sample_count, sample_count);
+    const ErrorStats error = CompareToReference(
+        actual, Reference(sample, GroupNormPrologue::kNone, inputs[i], weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+    if (i == 0) first_output = std::move(actual);
+  }
+  for (int64_t n : {1, 54, 110}) {
+    SCOPED_TRACE(absl::StrCat("copy of sample 0 at ", n));
+    const std::vector<float> copy = ToHost(out->as<float>() + n * sample_count, sample_count);
+    EXPECT_EQ(std::memcmp(copy.data(), first_output.data(), sample_bytes), 0);
+  }
+}
+
+// Validation happens before any CUDA call, so these run without a GPU.
+TEST(CudaGroupNormValidationTest, RejectsInvalidParameters) {
+  GroupNormParams valid;
+  valid.batch = 2;
+  valid.channels = 6;
+  valid.spatial_size = 5;
+  valid.num_groups = 3;
+  EXPECT_TRUE(ValidateGroupNormParams(valid).ok());
+  EXPECT_GT(GroupNormWorkspaceBytes(valid), 0u);
+
+  GroupNormParams p = valid;
+  p.num_groups = 4;
+  EXPECT_EQ(ValidateGroupNormParams(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GroupNormWorkspaceBytes(p), 0u);
+  p = valid;
+  p.batch = 0;
+  EXPECT_EQ(ValidateGroupNormParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p = valid;
+  p.spatial_size = 0;
+  EXPECT_EQ(ValidateGroupNormParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p = valid;
+  p.eps = 0.0f;
+  EXPECT_EQ(ValidateGroupNormParams(p).code(), absl::StatusCode::kInvalidArgument);
+  p = valid;
+  p.channels = int64_t{1} << 40;
+  p.spatial_size = int64_t{1} << 40;
+  p.num_groups = 1;
+  EXPECT_EQ(ValidateGroupNormParams(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaGroupNormValidationTest, RejectsNullPointersAndApplyWithAPrologue) {
+  GroupNormParams p;
+  p.batch = 1;
+  p.channels = 4;
+  p.num_groups = 2;
+  float dummy = 0.0f;
+  EXPECT_EQ(GroupNorm(p, nullptr, nullptr, nullptr, &dummy, &dummy, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GroupNorm(p, &dummy, nullptr, nullptr, &dummy, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GroupNormApply(p, nullptr, nullptr, nullptr, &dummy, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  p.prologue = GroupNormPrologue::kGeluErf;
+  const double sums[4] = {};
+  EXPECT_EQ(GroupNormApply(p, sums, nullptr, nullptr, &dummy, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fuseserve::cuda
