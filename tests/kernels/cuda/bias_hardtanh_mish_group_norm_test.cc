@@ -12,6 +12,7 @@
 #include "kernels/cpu/bias_hardtanh_mish_group_norm.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
+#include "tests/kernels/cuda/device_copy.h"
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/test_data.h"
@@ -22,22 +23,6 @@ namespace {
 using reference::CompareToReference;
 using reference::ErrorStats;
 using reference::kFp32Tolerance;
-
-DeviceBuffer ToDevice(const std::vector<float>& host) {
-  auto buffer = DeviceBuffer::Allocate(host.size() * sizeof(float));
-  EXPECT_TRUE(buffer.ok()) << buffer.status();
-  if (!buffer.ok()) return DeviceBuffer();
-  EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), buffer->bytes(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return std::move(*buffer);
-}
-
-std::vector<float> ToHost(const DeviceBuffer& device, int64_t count) {
-  std::vector<float> host(count);
-  EXPECT_EQ(cudaMemcpy(host.data(), device.data(), count * sizeof(float), cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  return host;
-}
 
 struct Data {
   std::vector<float> input;
