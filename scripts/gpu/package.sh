@@ -29,8 +29,11 @@ done | sort -u | while read -r lib; do
 done
 strip .devpkg/lib/*.so* 2>/dev/null || true
 
+# The Python suites' gRPC stubs (the GPU host's Python lacks grpc_tools).
+/usr/bin/python3 tests/python/generate_stubs.py .devpkg/pystubs
+
 # Compressed: the carried tree is limited to 64 MiB (OpenBLAS alone is 36).
-tar -C .devpkg -cJf /tmp/fuseserve-devpkg.tar.xz bin lib
-rm -rf .devpkg/bin .devpkg/lib
+tar -C .devpkg -cJf /tmp/fuseserve-devpkg.tar.xz bin lib pystubs
+rm -rf .devpkg/bin .devpkg/lib .devpkg/pystubs
 mv /tmp/fuseserve-devpkg.tar.xz .devpkg/pkg.tar.xz
 du -sh .devpkg/pkg.tar.xz

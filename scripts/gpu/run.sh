@@ -4,6 +4,7 @@
 # end on GPU instances, and (with --bench) the kernel benchmark against
 # PyTorch eager and torch.compile. Logs and JSON go to $OUT.
 #   scripts/gpu/run.sh tests     # tests + sanitizers + e2e
+#   scripts/gpu/run.sh python    # the Python parity and protocol suites only
 #   scripts/gpu/run.sh bench     # kernel benchmark
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +26,17 @@ step() {
   [ $rc -eq 0 ] || status=1
 }
 
+# The PyTorch parity and protocol suites against the server on the GPU, with
+# PyTorch CUDA's float64 result as the reference (stubs generated here by
+# scripts/gpu/package.sh: the host's Python has no grpc_tools).
+python_suites() {
+  for suite in parity protocol; do
+    step "python_$suite" env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_PROTO_DIR=$PWD/proto \
+      FUSESERVE_PY_STUBS=$PKG/pystubs FUSESERVE_REFERENCE_DEVICE=cuda \
+      python3 tests/python/${suite}_test.py
+  done
+}
+
 nvidia-smi -L
 case "${1:-tests}" in
   tests)
@@ -36,6 +48,10 @@ case "${1:-tests}" in
     step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
       "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
     step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
+    python_suites
+    ;;
+  python)
+    python_suites
     ;;
   bench)
     # Python gets only the C ABI library's own dependencies (Abseil): the

@@ -158,10 +158,11 @@ class GroupNormGpuExecutor final : public GpuExecutor {
 absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateConvGpuExecutor(const ConvGpuSpec& spec) {
   cuda::ConvFamilyParams params;
   // Batch and spatial sizes are set per call; the weight layout does not
-  // depend on them, but validation wants positive values.
+  // depend on them, but validation wants a non-empty output: an input of
+  // 2 * padding + 1 always has one.
   params.conv.batch = 1;
-  params.conv.in_height = 1;
-  params.conv.in_width = 1;
+  params.conv.in_height = 2 * spec.padding + 1;
+  params.conv.in_width = 2 * spec.padding + 1;
   params.conv.in_channels = spec.in_channels;
   params.conv.out_channels = spec.out_channels;
   params.conv.kernel_size = spec.kernel_size;

@@ -39,11 +39,19 @@ except ImportError:
 
 try:
   import grpc
-  import grpc_tools.protoc  # noqa: F401  (used through `python -m`)
   HAVE_GRPC = True
 except ImportError:
   grpc = None
   HAVE_GRPC = False
+
+# grpc_tools generates the stubs at run time unless FUSESERVE_PY_STUBS names a
+# directory of stubs generated beforehand (a GPU host has grpcio but not
+# grpc_tools; scripts/gpu/package.sh generates them with generate_stubs.py).
+try:
+  import grpc_tools.protoc  # noqa: F401  (used through `python -m`)
+  HAVE_GRPC_TOOLS = True
+except ImportError:
+  HAVE_GRPC_TOOLS = False
 
 try:
   import torch
@@ -81,7 +89,7 @@ def missing_dependencies(need_torch):
   missing = []
   if not HAVE_NUMPY:
     missing.append("numpy")
-  if not HAVE_GRPC:
+  if not HAVE_GRPC or not (HAVE_GRPC_TOOLS or os.environ.get("FUSESERVE_PY_STUBS")):
     missing.append("grpcio/grpc_tools")
   if need_torch and not HAVE_TORCH:
     missing.append("torch")
@@ -145,9 +153,16 @@ def proto_dir():
   return os.environ.get("FUSESERVE_PROTO_DIR", _DEFAULT_PROTO_DIR)
 
 
-def _run_protoc(include_dir, out_dir, files):
-  command = [sys.executable, "-m", "grpc_tools.protoc", "-I" + include_dir,
-             "--python_out=" + out_dir, "--grpc_python_out=" + out_dir]
+def _run_protoc(include_dir, out_dir, files, system_protoc=False):
+  if system_protoc:
+    # Debian's protoc (3.21) writes builder-style modules that current
+    # protobuf runtimes accept; grpc_tools' bundled compiler does not.
+    command = ["protoc", "-I" + include_dir, "--python_out=" + out_dir,
+               "--grpc_out=" + out_dir,
+               "--plugin=protoc-gen-grpc=" + shutil.which("grpc_python_plugin")]
+  else:
+    command = [sys.executable, "-m", "grpc_tools.protoc", "-I" + include_dir,
+               "--python_out=" + out_dir, "--grpc_python_out=" + out_dir]
   command += [os.path.join(include_dir, f) for f in files]
   done = subprocess.run(command, capture_output=True, text=True)
   if done.returncode != 0:
@@ -155,23 +170,33 @@ def _run_protoc(include_dir, out_dir, files):
                        (" ".join(command), done.stdout, done.stderr))
 
 
-def protos():
-  """Generates (once per process) and imports the Python stubs."""
-  global _protos
-  if _protos is not None:
-    return _protos
+def generate_stubs(out_dir, system_protoc=False):
+  """Writes the Python stubs of our protos and grpc.health.v1 into out_dir,
+  with grpc_tools, or with the system's protoc and grpc_python_plugin (stubs
+  for another host's newer protobuf runtime)."""
   source_dir = proto_dir()
   for name in ("grpc_service.proto", "model_config.proto"):
     if not os.path.isfile(os.path.join(source_dir, name)):
       raise RuntimeError("%s not found in FUSESERVE_PROTO_DIR=%s" % (name, source_dir))
-  out_dir = tempfile.mkdtemp(prefix="fuseserve_stubs_")
-  atexit.register(shutil.rmtree, out_dir, True)
   health_dir = os.path.join(out_dir, "health_src")
-  os.mkdir(health_dir)
+  os.makedirs(health_dir, exist_ok=True)
   with open(os.path.join(health_dir, "health.proto"), "w") as f:
     f.write(_HEALTH_PROTO)
-  _run_protoc(source_dir, out_dir, ["model_config.proto", "grpc_service.proto"])
-  _run_protoc(health_dir, out_dir, ["health.proto"])
+  _run_protoc(source_dir, out_dir, ["model_config.proto", "grpc_service.proto"], system_protoc)
+  _run_protoc(health_dir, out_dir, ["health.proto"], system_protoc)
+
+
+def protos():
+  """Generates (once per process, unless FUSESERVE_PY_STUBS gives them) and
+  imports the Python stubs."""
+  global _protos
+  if _protos is not None:
+    return _protos
+  out_dir = os.environ.get("FUSESERVE_PY_STUBS")
+  if not out_dir:
+    out_dir = tempfile.mkdtemp(prefix="fuseserve_stubs_")
+    atexit.register(shutil.rmtree, out_dir, True)
+    generate_stubs(out_dir)
   # The generated grpc_service_pb2 imports model_config_pb2 as a top-level
   # module, so the output directory itself must be importable.
   sys.path.insert(0, out_dir)

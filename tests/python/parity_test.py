@@ -76,6 +76,10 @@ if ft.HAVE_TORCH:
 
 DEFAULT_EPS = 1e-5
 
+# Where the float64 reference modules run: "cpu" (default; Debian's CPU
+# PyTorch in CI) or "cuda" (PyTorch CUDA on a GPU host, scripts/gpu/run.sh).
+REFERENCE_DEVICE = os.environ.get("FUSESERVE_REFERENCE_DEVICE", "cpu")
+
 
 class Case:
   """One served model: its module, config and the input shapes sent to it.
@@ -305,13 +309,13 @@ class PyTorchParityTest(ft.ServerTestCase):
   def check_case(self, name):
     case = self.cases[name]
     precision = self.expected_precision(case)
-    reference_module = copy.deepcopy(case.module).double()
+    reference_module = copy.deepcopy(case.module).double().to(REFERENCE_DEVICE)
     for shape_index, shape in enumerate(case.request_shapes):
       for dist_index, distribution in enumerate(("uniform", "normal")):
         with self.subTest(shape=shape, inputs=distribution):
           x = make_input(shape, distribution, seed=7919 * shape_index + dist_index)
           with torch.no_grad():
-            reference = reference_module(x.double()).numpy()
+            reference = reference_module(x.double().to(REFERENCE_DEVICE)).cpu().numpy()
           request_id = "%s/%d/%s" % (name, shape_index, distribution)
           try:
             y, response = ft.infer(self.stub, name, x.numpy(), request_id=request_id)
@@ -333,7 +337,7 @@ class PyTorchParityTest(ft.ServerTestCase):
     for case in batched:
       with self.subTest(model=case.name):
         precision = self.expected_precision(case)
-        reference_module = copy.deepcopy(case.module).double()
+        reference_module = copy.deepcopy(case.module).double().to(REFERENCE_DEVICE)
         item_shape = case.request_shapes[0][1:]
         batch_sizes = [1, 2, 1, 3, 1][:case.max_batch_size]
         inputs = [make_input([b] + item_shape, "normal", seed=31 * i + 5)
@@ -345,7 +349,7 @@ class PyTorchParityTest(ft.ServerTestCase):
           response = future.result()
           self.assertEqual(response.id, "merge%d" % i)
           with torch.no_grad():
-            reference = reference_module(x.double()).numpy()
+            reference = reference_module(x.double().to(REFERENCE_DEVICE)).cpu().numpy()
           problem = ft.accuracy_problem(ft.decode_output(response), reference, precision)
           self.assertIsNone(problem, "%s request %d (batch %d): %s" % (
               case.name, i, batch_sizes[i], problem))
