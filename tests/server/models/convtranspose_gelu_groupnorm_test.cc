@@ -13,8 +13,10 @@
 namespace fuseserve {
 namespace {
 
+using testing::ExpectParameterErrors;
 using testing::IsInvalidArgumentWith;
 using testing::ModelSpec;
+using testing::ParameterCase;
 using testing::UniformTensor;
 
 // in_channels 4, out_channels 6, kernel_size 3, stride 2, padding 1,
@@ -62,12 +64,6 @@ TEST(ConvTransposeGeluGroupNormModelTest, AppliesDefaultsForOptionalParameters) 
   EXPECT_EQ(*(*model)->OutputShape({2, 4, 8, 5}), (Shape{2, 6, 10, 7}));
 }
 
-struct ParameterCase {
-  std::string key;
-  std::string value;  // empty: remove the key
-  std::string message_part;
-};
-
 TEST(ConvTransposeGeluGroupNormModelTest, RejectsEveryInvalidHyperParameter) {
   const std::vector<ParameterCase> cases = {
       {"in_channels", "", "missing required parameter \"in_channels\""},
@@ -92,16 +88,7 @@ TEST(ConvTransposeGeluGroupNormModelTest, RejectsEveryInvalidHyperParameter) {
       {"precision", "fp16", "parameter \"precision\" must be \"fp32\" or \"tf32\", got \"fp16\""},
       {"strides", "2", "unknown parameter \"strides\""},
   };
-  for (const ParameterCase& c : cases) {
-    ModelSpec spec = ValidSpec();
-    if (c.value.empty()) {
-      spec.parameters.erase(c.key);
-    } else {
-      spec.parameters[c.key] = c.value;
-    }
-    EXPECT_TRUE(IsInvalidArgumentWith(spec.Create().status(), c.message_part))
-        << c.key << "=" << c.value;
-  }
+  ExpectParameterErrors(ValidSpec(), cases);
 }
 
 TEST(ConvTransposeGeluGroupNormModelTest, OutputPaddingMustBeZeroWithStrideOne) {

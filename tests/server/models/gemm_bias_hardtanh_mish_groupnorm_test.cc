@@ -13,8 +13,10 @@
 namespace fuseserve {
 namespace {
 
+using testing::ExpectParameterErrors;
 using testing::IsInvalidArgumentWith;
 using testing::ModelSpec;
+using testing::ParameterCase;
 using testing::UniformTensor;
 
 // in_features 24, out_features 16, num_groups 4, Hardtanh(-0.5, 0.75).
@@ -53,12 +55,7 @@ TEST(GemmBiasHardtanhMishGroupNormModelTest, ReportsExplicitTf32Precision) {
 }
 
 TEST(GemmBiasHardtanhMishGroupNormModelTest, RejectsEveryInvalidHyperParameter) {
-  struct Case {
-    std::string key;
-    std::string value;  // empty: remove the key
-    std::string message_part;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ParameterCase> cases = {
       {"in_features", "", "missing required parameter \"in_features\""},
       {"out_features", "", "missing required parameter \"out_features\""},
       {"num_groups", "", "missing required parameter \"num_groups\""},
@@ -75,16 +72,7 @@ TEST(GemmBiasHardtanhMishGroupNormModelTest, RejectsEveryInvalidHyperParameter) 
       {"precision", "bf16", "parameter \"precision\" must be \"fp32\" or \"tf32\", got \"bf16\""},
       {"kernel_size", "3", "unknown parameter \"kernel_size\""},
   };
-  for (const Case& c : cases) {
-    ModelSpec spec = ValidSpec();
-    if (c.value.empty()) {
-      spec.parameters.erase(c.key);
-    } else {
-      spec.parameters[c.key] = c.value;
-    }
-    EXPECT_TRUE(IsInvalidArgumentWith(spec.Create().status(), c.message_part))
-        << c.key << "=" << c.value;
-  }
+  ExpectParameterErrors(ValidSpec(), cases);
 }
 
 TEST(GemmBiasHardtanhMishGroupNormModelTest, AcceptsEqualHardtanhBoundsAndDefaults) {

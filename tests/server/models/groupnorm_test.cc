@@ -13,8 +13,10 @@
 namespace fuseserve {
 namespace {
 
+using testing::ExpectParameterErrors;
 using testing::IsInvalidArgumentWith;
 using testing::ModelSpec;
+using testing::ParameterCase;
 using testing::UniformTensor;
 
 // num_channels 6, num_groups 3, input [N, 6, H, W].
@@ -51,12 +53,7 @@ TEST(GroupNormModelTest, AcceptsPrecisionParameterButAlwaysComputesFp32) {
 }
 
 TEST(GroupNormModelTest, RejectsEveryInvalidHyperParameter) {
-  struct Case {
-    std::string key;
-    std::string value;  // empty: remove the key
-    std::string message_part;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ParameterCase> cases = {
       {"num_channels", "", "missing required parameter \"num_channels\""},
       {"num_groups", "", "missing required parameter \"num_groups\""},
       {"num_channels", "0", "parameter \"num_channels\" must be a positive integer, got \"0\""},
@@ -67,16 +64,7 @@ TEST(GroupNormModelTest, RejectsEveryInvalidHyperParameter) {
       {"eps", "nan", "parameter \"eps\" must be a finite number > 0, got \"nan\""},
       {"affine", "false", "unknown parameter \"affine\""},
   };
-  for (const Case& c : cases) {
-    ModelSpec spec = ValidSpec();
-    if (c.value.empty()) {
-      spec.parameters.erase(c.key);
-    } else {
-      spec.parameters[c.key] = c.value;
-    }
-    EXPECT_TRUE(IsInvalidArgumentWith(spec.Create().status(), c.message_part))
-        << c.key << "=" << c.value;
-  }
+  ExpectParameterErrors(ValidSpec(), cases);
 }
 
 TEST(GroupNormModelTest, RejectsConfigDimsThatContradictTheParameters) {

@@ -71,5 +71,18 @@ NamedF32Tensor UniformTensor(const std::string& name, const Shape& shape, uint64
   return ::testing::AssertionSuccess();
 }
 
+void ExpectParameterErrors(const ModelSpec& valid, const std::vector<ParameterCase>& cases) {
+  for (const ParameterCase& c : cases) {
+    ModelSpec spec = valid;
+    if (c.value.empty()) {
+      spec.parameters.erase(c.key);
+    } else {
+      spec.parameters[c.key] = c.value;
+    }
+    EXPECT_TRUE(IsInvalidArgumentWith(spec.Create().status(), c.message_part))
+        << c.key << "=" << c.value;
+  }
+}
+
 }  // namespace testing
 }  // namespace fuseserve

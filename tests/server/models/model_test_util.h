@@ -43,6 +43,17 @@ struct ModelSpec {
 NamedF32Tensor UniformTensor(const std::string& name, const Shape& shape, uint64_t seed, float low,
                              float high);
 
+// One invalid hyper-parameter: `key` set to `value` (or removed when `value`
+// is empty) must fail Create with InvalidArgument containing `message_part`.
+struct ParameterCase {
+  std::string key;
+  std::string value;
+  std::string message_part;
+};
+
+// Checks every case against `valid` (a spec that creates successfully).
+void ExpectParameterErrors(const ModelSpec& valid, const std::vector<ParameterCase>& cases);
+
 // The contract of Create / OutputShape errors: InvalidArgument whose message
 // contains `part`.
 ::testing::AssertionResult IsInvalidArgumentWith(const absl::Status& status,
