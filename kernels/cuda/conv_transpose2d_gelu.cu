@@ -6,12 +6,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/conv_transpose2d_gelu_tiled.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/mma_sync.cuh"
 
-// Two kernels, chosen by stride (ConvTranspose2dBiasGelu):
+// Three kernels (ConvTranspose2dBiasGelu):
 //
-//  stride 1: an implicit GEMM on the tensor cores. A stride-1 transposed
+//  stride 1, kTf32, in_width % 4 == 0 and the shared-memory tiles fit
+//    (conv_tiled::Supports; the reference shape): the tiled kernel of
+//    conv_transpose2d_gelu_tiled.cu, which copies the input rows a block
+//    touches into shared memory once per 8-channel chunk and reads every
+//    tap's operand from there. Its weight layout is prepared next to the
+//    general one, so that a device with too little shared memory for it
+//    (conv_tiled::StagesOnCurrentDevice) runs the general stride-1 kernel.
+//  other stride 1: an implicit GEMM on the tensor cores. A stride-1 transposed
 //    convolution is a regular correlation of the input with the flipped
 //    kernel: out[n, co, oh, ow] = sum over (kh, kw, ci) of
 //    x[n, ci, oh + p - kh, ow + p - kw] * w[ci, co, kh, kw] (taps that fall
@@ -130,18 +139,6 @@ struct Geometry {
   int num_groups;
 };
 
-__device__ __forceinline__ void CpAsync16(float* shared, const float* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global)
-               : "memory");
-}
-
-__device__ __forceinline__ float RoundTf32(float value) {
-  uint32_t bits;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(value));
-  return __uint_as_float(bits);
-}
-
 // kSplit: value = big + small with both TF32 (small holds what big's 10
 // mantissa bits miss). Otherwise value is already TF32 and only big is set.
 template <bool kSplit>
@@ -155,27 +152,11 @@ __device__ __forceinline__ void SplitTf32(float value, uint32_t& big, uint32_t& 
   }
 }
 
-// d += a * b for one m16n8k8 TF32 tile, float32 accumulators.
-__device__ __forceinline__ void MmaTf32(float (&d)[4], const uint32_t (&a)[4],
-                                        const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
-      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // Where pixel m of a tile lives in an A row of shared memory: within each
 // 16 pixels, m and m + 8 are adjacent so that an A fragment's rows g and
 // g + 8 load as one float2 (still a bijection on each 16-pixel block).
 __device__ __forceinline__ int PixelSlot(int m) {
   return (m & ~15) | ((m & 7) << 1) | ((m >> 3) & 1);
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Adds a warp's partial (sum, sum of squares) of one group into the block's
@@ -330,14 +311,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : 2)
   const int lane_quad = lane % 4;   // PTX fragment "threadID_in_group"
 
   float acc[kFragM][kFragN][4];
-#pragma unroll
-  for (int i = 0; i < kFragM; ++i) {
-#pragma unroll
-    for (int j = 0; j < kFragN; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
-  }
+  ZeroAccumulators(acc);
 
   static_assert(kStages == 2, "the loop below alternates two stages");
   load_a(0);
@@ -360,14 +334,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : 2)
     const float* a_stage = smem + (k_tile % kStages) * kStageFloats;
     const float* b_stage = a_stage + kBlockK * kLdA;
     float tile_acc[kFragM][kFragN][4];
-#pragma unroll
-    for (int i = 0; i < kFragM; ++i) {
-#pragma unroll
-      for (int j = 0; j < kFragN; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) tile_acc[i][j][e] = 0.0f;
-      }
-    }
+    ZeroAccumulators(tile_acc);
 #pragma unroll
     for (int kk = 0; kk < kBlockK; kk += 8) {
       // m16n8k8 fragments (PTX ISA, "mma.m16n8k8" .tf32): A holds rows
@@ -622,16 +589,33 @@ absl::Status ValidateConvTranspose2dParams(const ConvTranspose2dParams& p) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether the prepared weight carries the tiled kernel's layout too: every
+// stride-1 kTf32 weight does, whatever the spatial sizes, because the
+// weight is prepared once at load and serves inputs of any size, while
+// conv_tiled::Supports also depends on the input width (and the launch on
+// the device's shared memory).
+bool HasTiledLayout(const ConvTranspose2dParams& params, MathMode mode) {
+  return mode == MathMode::kTf32 && params.stride == 1;
+}
+
+}  // namespace
+
 int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, MathMode mode) {
   if (!ValidateConvTranspose2dParams(params).ok()) return 0;
-  return PaddedK(params) * PaddedN(params);
+  return PaddedK(params) * PaddedN(params) +
+         (HasTiledLayout(params, mode) ? conv_tiled::PreparedWeightSize(params) : 0);
 }
 
 // Layout: row-major [K_pad, N_pad] with row (kh * k + kw) * C_in + ci and
 // column co holding w[ci, co, kh, kw]; rows >= C_in * k^2 and columns >=
 // C_out are zero (so that whole tiles load without bounds checks). kTf32
 // rounds every value to TF32 here (the kernel then uses B as loaded); kFp32
-// keeps float32 values, which the kernel splits into TF32 pairs.
+// keeps float32 values, which the kernel splits into TF32 pairs. For
+// stride-1 kTf32 (HasTiledLayout), the tiled kernel's layout
+// (conv_tiled::WeightIndex, TF32-rounded) follows at offset K_pad * N_pad,
+// a multiple of 64 * 64 floats, so 16-byte aligned like the buffer.
 absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, MathMode mode,
                                         const float* weight, float* prepared) {
   RETURN_IF_ERROR(ValidateConvTranspose2dParams(params));
@@ -640,14 +624,18 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
   }
   const int64_t k = params.kernel_size;
   const int64_t padded_n = PaddedN(params);
-  const int64_t size = PaddedK(params) * padded_n;
+  const int64_t general_size = PaddedK(params) * padded_n;
+  const bool tiled = HasTiledLayout(params, mode);
+  float* tiled_prepared = prepared + general_size;
+  const int64_t size = PreparedConvTransposeWeightSize(params, mode);
   for (int64_t i = 0; i < size; ++i) prepared[i] = 0.0f;
   for (int64_t ci = 0; ci < params.in_channels; ++ci) {
     for (int64_t co = 0; co < params.out_channels; ++co) {
       for (int64_t tap = 0; tap < k * k; ++tap) {
-        const float value = weight[(ci * params.out_channels + co) * k * k + tap];
-        prepared[(tap * params.in_channels + ci) * padded_n + co] =
-            mode == MathMode::kTf32 ? RoundToTf32(value) : value;
+        const float raw = weight[(ci * params.out_channels + co) * k * k + tap];
+        const float value = mode == MathMode::kTf32 ? RoundToTf32(raw) : raw;
+        prepared[(tap * params.in_channels + ci) * padded_n + co] = value;
+        if (tiled) tiled_prepared[conv_tiled::WeightIndex(params, ci, co, tap)] = value;
       }
     }
   }
@@ -671,6 +659,15 @@ absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMo
     return absl::InvalidArgumentError(
         absl::StrCat("ConvTranspose2dBiasGelu: num_groups ", num_groups,
                      " must be >= 1 and divide out_channels ", params.out_channels));
+  }
+
+  if (HasTiledLayout(params, mode) && conv_tiled::Supports(params, mode)) {
+    ASSIGN_OR_RETURN(const int stages, conv_tiled::StagesOnCurrentDevice(params));
+    if (stages > 0) {
+      return conv_tiled::Launch(params, stages, input,
+                                prepared_weight + PaddedK(params) * PaddedN(params), bias, output,
+                                num_groups, group_sums, stream);
+    }
   }
 
   Geometry g;

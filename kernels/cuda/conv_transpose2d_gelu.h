@@ -39,10 +39,13 @@ int64_t ConvTranspose2dOutputSize(int64_t in, int64_t kernel_size, int64_t strid
 // 2^31 elements (the kernels index within a sample in 32 bits).
 absl::Status ValidateConvTranspose2dParams(const ConvTranspose2dParams& params);
 
-// Floats of the device-side weight layout the kernel reads, prepared once
+// Floats of the device-side weight layout the kernels read, prepared once
 // at load time from PyTorch's [C_in, C_out, k, k] by PrepareConvTransposeWeight
-// (0 for invalid params). The layout depends on the mode (kTf32 stores
-// TF32-rounded values): prepare with the mode the kernel will run in.
+// (0 for invalid params). The layout depends on C_in, C_out, k, the stride
+// and the mode only — never on batch or spatial sizes, so one prepared
+// weight serves inputs of any size (kTf32 stores TF32-rounded values, and
+// stride-1 kTf32 appends the tiled kernel's layout): prepare with the mode
+// the kernel will run in.
 int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, MathMode mode);
 
 // Writes the prepared layout of `weight` (host, PyTorch layout) into
@@ -53,8 +56,10 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
 
 // output = GELU(conv_transpose(input) + bias) [N, C_out, H_out, W_out];
 // bias may be null (0). prepared_weight must be 16-byte aligned (cudaMalloc
-// memory is). Stride 1 runs on the tensor cores (kTf32: one TF32 pass;
-// kFp32: 3xTF32); stride > 1 runs in float32 FFMA in both modes.
+// memory is); input and output need only float alignment. Stride 1 runs on
+// the tensor cores (kTf32: one TF32 pass, by a kernel that tiles the input in
+// shared memory when in_width % 4 == 0 and its tiles fit the device; kFp32:
+// 3xTF32); stride > 1 runs in float32 FFMA in both modes.
 // When group_sums is not null, adds each (sample, group)'s sum and sum of
 // squares of the output into group_sums (2 * batch * num_groups doubles,
 // zeroed by the caller; num_groups must divide out_channels); when it is

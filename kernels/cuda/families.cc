@@ -58,9 +58,13 @@ absl::Status RunConvFamily(const ConvFamilyParams& params, const ConvFamilyWeigh
                         output, stream);
 }
 
+size_t GemmFamilyWorkspaceBytes(const GemmFamilyParams& params) {
+  return LinearWorkspaceBytes(params.linear, params.linear_options);
+}
+
 absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params,
                            const GemmFamilyWeights& weights, const float* input, float* output,
-                           cudaStream_t stream) {
+                           void* workspace, cudaStream_t stream) {
   if (params.epilogue.batch != params.linear.batch ||
       params.epilogue.channels != params.linear.out_features) {
     return absl::InvalidArgumentError(
@@ -70,7 +74,9 @@ absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params
   }
   RETURN_IF_ERROR(ValidateLinearParams(params.linear));
   RETURN_IF_ERROR(ValidateBiasHardtanhMishGroupNormParams(params.epilogue));
-  RETURN_IF_ERROR(Linear(handle, params.linear, params.mode, input, weights.weight, output));
+  const LinearWeights linear_weights{weights.weight, weights.tf32x3_weight};
+  RETURN_IF_ERROR(Linear(handle, params.linear, params.mode, input, linear_weights, output,
+                         workspace, stream, params.linear_options));
   return BiasHardtanhMishGroupNorm(params.epilogue, output, weights.gemm_bias, weights.bias,
                                    weights.gn_weight, weights.gn_bias, output, stream);
 }

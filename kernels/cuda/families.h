@@ -43,18 +43,22 @@ struct GemmFamilyParams {
   LinearParams linear;
   BiasHardtanhMishGroupNormParams epilogue;  // batch/channels equal linear's
   MathMode mode = MathMode::kFp32;
+  LinearOptions linear_options;  // kAuto unless a benchmark or test pins one
 };
 struct GemmFamilyWeights {
-  const float* weight = nullptr;  // [F_out, F_in]
+  const float* weight = nullptr;         // [F_out, F_in]
+  const float* tf32x3_weight = nullptr;  // PrepareTf32x3Weight layout (kFp32), or null
   const float* gemm_bias = nullptr;
   const float* bias = nullptr;
   const float* gn_weight = nullptr;
   const float* gn_bias = nullptr;
 };
+// The linear's scratch (linear.h LinearWorkspaceBytes).
+size_t GemmFamilyWorkspaceBytes(const GemmFamilyParams& params);
 // `handle` is bound to `stream` by the caller.
 absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params,
                            const GemmFamilyWeights& weights, const float* input, float* output,
-                           cudaStream_t stream);
+                           void* workspace, cudaStream_t stream);
 
 // groupnorm
 size_t GroupNormFamilyWorkspaceBytes(const GroupNormParams& params);

@@ -6,6 +6,7 @@
 #   scripts/gpu/run.sh tests     # tests + sanitizers + e2e
 #   scripts/gpu/run.sh python    # the Python parity and protocol suites only
 #   scripts/gpu/run.sh bench     # kernel benchmark
+#   scripts/gpu/run.sh kernels   # GPU unit tests + sanitizers + kernel benchmark
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fuseserve-gpu-out}
@@ -37,16 +38,30 @@ python_suites() {
   done
 }
 
+kernel_tests() {
+  step unit_tests sh -c "$BIN/cuda_runtime_test && $BIN/cuda_kernels_test"
+  # The sanitizers run every kernel test except the reference-size ones
+  # (minutes under instrumentation); those run above, uninstrumented.
+  step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+  step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+}
+
+kernel_bench() {
+  # Python gets only the C ABI library's own dependencies (Abseil): the
+  # rest of the package (OpenSSL, protobuf, ...) would shadow PyTorch's, and
+  # PyTorch has already loaded the CUDA runtime and cuBLAS the library uses.
+  mkdir -p "$PKG/capi" && ln -sf "$PKG"/lib/libabsl_* "$PKG/lib/libfuseserve_kernels_capi.so" "$PKG/capi/"
+  step kernel_bench env LD_LIBRARY_PATH="$PKG/capi" python3 bench/kernel_bench.py \
+    --lib "$PKG/capi/libfuseserve_kernels_capi.so" --out "$OUT" "$@"
+  tail -n 40 "$OUT/kernel_bench.log"
+}
+
 nvidia-smi -L
 case "${1:-tests}" in
   tests)
-    step unit_tests sh -c "$BIN/cuda_runtime_test && $BIN/cuda_kernels_test"
-    # The sanitizers run every kernel test except the reference-size ones
-    # (minutes under instrumentation); those run above, uninstrumented.
-    step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
-      "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
-    step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
-      "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+    kernel_tests
     step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
     python_suites
     ;;
@@ -54,13 +69,11 @@ case "${1:-tests}" in
     python_suites
     ;;
   bench)
-    # Python gets only the C ABI library's own dependencies (Abseil): the
-    # rest of the package (OpenSSL, protobuf, ...) would shadow PyTorch's, and
-    # PyTorch has already loaded the CUDA runtime and cuBLAS the library uses.
-    mkdir -p "$PKG/capi" && ln -sf "$PKG"/lib/libabsl_* "$PKG/lib/libfuseserve_kernels_capi.so" "$PKG/capi/"
-    step kernel_bench env LD_LIBRARY_PATH="$PKG/capi" python3 bench/kernel_bench.py \
-      --lib "$PKG/capi/libfuseserve_kernels_capi.so" --out "$OUT" "${@:2}"
-    cat "$OUT/kernel_bench.log" | tail -n 30
+    kernel_bench "${@:2}"
+    ;;
+  kernels)
+    kernel_tests
+    kernel_bench "${@:2}"
     ;;
 esac
 exit $status

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <utility>
+#include <vector>
 
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
@@ -17,11 +18,15 @@ cuda::MathMode MathModeOf(Precision precision) {
   return precision == Precision::kTf32 ? cuda::MathMode::kTf32 : cuda::MathMode::kFp32;
 }
 
-// Copies weights to the current device (load time: a synchronous copy).
+// Copies weights to the current device at load time. A cudaMemcpy from
+// pageable memory may return before its DMA lands, on the legacy default
+// stream, which the instances' non-blocking streams do not wait for: the
+// copy is finished here, before any batch can read the weights.
 absl::StatusOr<cuda::DeviceBuffer> Upload(const float* data, size_t count) {
   ASSIGN_OR_RETURN(cuda::DeviceBuffer buffer, cuda::DeviceBuffer::Allocate(count * sizeof(float)));
   RETURN_IF_CUDA_ERROR(
       cudaMemcpy(buffer.data(), data, count * sizeof(float), cudaMemcpyHostToDevice));
+  RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return buffer;
 }
 
@@ -89,11 +94,14 @@ class ConvGpuExecutor final : public GpuExecutor {
 
 class GemmGpuExecutor final : public GpuExecutor {
  public:
+  // tf32x3_weight: the 3xTF32 layout of the weight (kFp32), or empty.
   GemmGpuExecutor(cuda::GemmFamilyParams params, cuda::DeviceBuffer weight,
-                  cuda::DeviceBuffer gemm_bias, cuda::DeviceBuffer bias,
-                  cuda::DeviceBuffer gn_weight, cuda::DeviceBuffer gn_bias)
+                  cuda::DeviceBuffer tf32x3_weight, cuda::DeviceBuffer gemm_bias,
+                  cuda::DeviceBuffer bias, cuda::DeviceBuffer gn_weight,
+                  cuda::DeviceBuffer gn_bias)
       : params_(params),
         weight_(std::move(weight)),
+        tf32x3_weight_(std::move(tf32x3_weight)),
         gemm_bias_(std::move(gemm_bias)),
         bias_(std::move(bias)),
         gn_weight_(std::move(gn_weight)),
@@ -104,25 +112,32 @@ class GemmGpuExecutor final : public GpuExecutor {
     cuda::GemmFamilyParams params = params_;
     params.linear.batch = input_shape[0];
     params.epilogue.batch = input_shape[0];
-    const cuda::GemmFamilyWeights weights{weight_.as<float>(), gemm_bias_.as<float>(),
-                                          bias_.as<float>(), gn_weight_.as<float>(),
-                                          gn_bias_.as<float>()};
+    cuda::GemmFamilyWeights weights;
+    weights.weight = weight_.as<float>();
+    weights.tf32x3_weight = tf32x3_weight_.as<float>();
+    weights.gemm_bias = gemm_bias_.as<float>();
+    weights.bias = bias_.as<float>();
+    weights.gn_weight = gn_weight_.as<float>();
+    weights.gn_bias = gn_bias_.as<float>();
+    ASSIGN_OR_RETURN(void* workspace, scratch_.Get(cuda::GemmFamilyWorkspaceBytes(params)));
     return cuda::RunGemmFamily(static_cast<cublasHandle_t>(context.cublas_handle), params,
-                               weights, input, output, StreamOf(context));
+                               weights, input, output, workspace, StreamOf(context));
   }
 
   int64_t device_bytes() const override {
-    return weight_.bytes() + gemm_bias_.bytes() + bias_.bytes() + gn_weight_.bytes() +
-           gn_bias_.bytes();
+    return weight_.bytes() + tf32x3_weight_.bytes() + gemm_bias_.bytes() + bias_.bytes() +
+           gn_weight_.bytes() + gn_bias_.bytes() + scratch_.bytes();
   }
 
  private:
   const cuda::GemmFamilyParams params_;  // batch set per call
   cuda::DeviceBuffer weight_;
+  cuda::DeviceBuffer tf32x3_weight_;
   cuda::DeviceBuffer gemm_bias_;
   cuda::DeviceBuffer bias_;
   cuda::DeviceBuffer gn_weight_;
   cuda::DeviceBuffer gn_bias_;
+  Scratch scratch_;
 };
 
 class GroupNormGpuExecutor final : public GpuExecutor {
@@ -194,11 +209,21 @@ absl::StatusOr<std::unique_ptr<GpuExecutor>> CreateGemmGpuExecutor(const GemmGpu
   params.epilogue.eps = static_cast<float>(spec.eps);
   params.mode = MathModeOf(spec.precision);
   ASSIGN_OR_RETURN(cuda::DeviceBuffer weight, Upload(*spec.weight));
+  // fp32 at large batches runs 3xTF32 from a split copy of the weight made
+  // here, once (batch 1 still reads the original: one read of the bytes).
+  cuda::DeviceBuffer tf32x3_weight;
+  params.linear.batch = 1;  // the layout does not depend on it
+  if (params.mode == cuda::MathMode::kFp32 && cuda::Tf32x3Slices(spec.in_features) > 0) {
+    std::vector<float> split(cuda::Tf32x3WeightSize(params.linear));
+    RETURN_IF_ERROR(cuda::PrepareTf32x3Weight(params.linear, spec.weight->data(), split.data()));
+    ASSIGN_OR_RETURN(tf32x3_weight, Upload(split));
+  }
   ASSIGN_OR_RETURN(cuda::DeviceBuffer gemm_bias, Upload(*spec.gemm_bias));
   ASSIGN_OR_RETURN(cuda::DeviceBuffer bias, Upload(*spec.bias));
   ASSIGN_OR_RETURN(cuda::DeviceBuffer gn_weight, Upload(*spec.gn_weight));
   ASSIGN_OR_RETURN(cuda::DeviceBuffer gn_bias, Upload(*spec.gn_bias));
-  return std::make_unique<GemmGpuExecutor>(params, std::move(weight), std::move(gemm_bias),
+  return std::make_unique<GemmGpuExecutor>(params, std::move(weight), std::move(tf32x3_weight),
+                                           std::move(gemm_bias),
                                            std::move(bias), std::move(gn_weight),
                                            std::move(gn_bias));
 }

@@ -58,6 +58,18 @@ fuseserve::cuda::ConvFamilyParams ConvParams(int64_t batch, int64_t in_channels,
   return params;
 }
 
+fuseserve::cuda::LinearOptions LinearOptionsOf(int64_t algorithm, int64_t tf32x3_slices) {
+  fuseserve::cuda::LinearOptions options;
+  switch (algorithm) {
+    case 1: options.algorithm = fuseserve::cuda::LinearAlgorithm::kSmallBatch; break;
+    case 2: options.algorithm = fuseserve::cuda::LinearAlgorithm::kSgemm; break;
+    case 3: options.algorithm = fuseserve::cuda::LinearAlgorithm::kTf32x3; break;
+    default: options.algorithm = fuseserve::cuda::LinearAlgorithm::kAuto; break;
+  }
+  options.tf32x3_slices = tf32x3_slices;
+  return options;
+}
+
 }  // namespace
 
 extern "C" {
@@ -111,11 +123,27 @@ void fs_cublas_destroy(void* handle) {
   if (handle != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle));
 }
 
+// algorithm: 0 auto, 1 small batch, 2 SGEMM / one TF32 pass, 3 3xTF32
+// (linear.h LinearAlgorithm); tf32x3_slices 0 = the default.
+int64_t fs_gemm_workspace_bytes(int64_t batch, int64_t in_features, int64_t out_features,
+                                int64_t algorithm, int64_t tf32x3_slices) {
+  return static_cast<int64_t>(fuseserve::cuda::LinearWorkspaceBytes(
+      {batch, in_features, out_features}, LinearOptionsOf(algorithm, tf32x3_slices)));
+}
+
+int fs_gemm_prepare_tf32x3(int64_t in_features, int64_t out_features, const float* host_weight,
+                           float* host_prepared, char* error, int64_t error_size) {
+  return Report(fuseserve::cuda::PrepareTf32x3Weight({1, in_features, out_features},
+                                                     host_weight, host_prepared),
+                error, error_size);
+}
+
 int fs_gemm_family(void* cublas_handle, int64_t batch, int64_t in_features, int64_t out_features,
                    int64_t num_groups, double hardtanh_min, double hardtanh_max, double eps,
-                   int64_t tf32, const float* input, const float* weight, const float* gemm_bias,
+                   int64_t tf32, int64_t algorithm, int64_t tf32x3_slices, const float* input,
+                   const float* weight, const float* tf32x3_weight, const float* gemm_bias,
                    const float* bias, const float* gn_weight, const float* gn_bias, float* output,
-                   void* stream, char* error, int64_t error_size) {
+                   void* workspace, void* stream, char* error, int64_t error_size) {
   fuseserve::cuda::GemmFamilyParams params;
   params.linear = {batch, in_features, out_features};
   params.epilogue.batch = batch;
@@ -125,9 +153,16 @@ int fs_gemm_family(void* cublas_handle, int64_t batch, int64_t in_features, int6
   params.epilogue.hardtanh_max = static_cast<float>(hardtanh_max);
   params.epilogue.eps = static_cast<float>(eps);
   params.mode = Mode(tf32);
-  const fuseserve::cuda::GemmFamilyWeights weights{weight, gemm_bias, bias, gn_weight, gn_bias};
+  params.linear_options = LinearOptionsOf(algorithm, tf32x3_slices);
+  fuseserve::cuda::GemmFamilyWeights weights;
+  weights.weight = weight;
+  weights.tf32x3_weight = tf32x3_weight;
+  weights.gemm_bias = gemm_bias;
+  weights.bias = bias;
+  weights.gn_weight = gn_weight;
+  weights.gn_bias = gn_bias;
   return Report(fuseserve::cuda::RunGemmFamily(static_cast<cublasHandle_t>(cublas_handle), params,
-                                               weights, input, output,
+                                               weights, input, output, workspace,
                                                static_cast<cudaStream_t>(stream)),
                 error, error_size);
 }

@@ -13,6 +13,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
 #include "tests/kernels/cuda/device_copy.h"
+#include "tests/kernels/cuda/gpu_test_fixtures.h"
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/test_data.h"
@@ -77,14 +78,8 @@ BiasHardtanhMishGroupNormParams Params(int64_t batch, int64_t channels, int64_t 
   return p;
 }
 
-class CudaBiasHardtanhMishGroupNormTest : public ::testing::Test {
+class CudaBiasHardtanhMishGroupNormTest : public GpuStreamTest {
  protected:
-  void SetUp() override {
-    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    auto stream = Stream::Create();
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    stream_ = std::move(*stream);
-  }
 
   // The epilogue on the GPU into a NaN-poisoned output, or in place.
   std::vector<float> Run(const BiasHardtanhMishGroupNormParams& p, const Data& d,
@@ -101,6 +96,7 @@ class CudaBiasHardtanhMishGroupNormTest : public ::testing::Test {
       if (!buffer.ok()) return {};
       out = std::move(*buffer);
       EXPECT_EQ(cudaMemset(out.data(), 0xFF, out.bytes()), cudaSuccess);
+      FinishUploads();
     }
     const DeviceBuffer& result = in_place ? in : out;
     const absl::Status status = BiasHardtanhMishGroupNorm(
@@ -111,7 +107,6 @@ class CudaBiasHardtanhMishGroupNormTest : public ::testing::Test {
     return ToHost(result, static_cast<int64_t>(d.input.size()));
   }
 
-  Stream stream_;
 };
 
 // Channels per group 32 (the reference), 1, 7, 512, and the other code

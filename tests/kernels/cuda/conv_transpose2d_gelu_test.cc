@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/gelu.h"
+#include "kernels/cuda/conv_transpose2d_gelu_tiled.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
@@ -55,33 +56,44 @@ struct GpuResult {
 
 // Prepares the weight, runs the kernel on a fresh stream with the output
 // poisoned with NaN (0xFF bytes) and the sums zeroed, and copies both back.
-// num_groups 0: run without statistics (group_sums null).
+// num_groups 0: run without statistics (group_sums null). The input and
+// output start `input_offset` and `output_offset` floats into their device
+// buffers (cudaMalloc memory is 256-byte aligned), to run on pointers of
+// lesser alignment. The stream does not synchronise with the legacy default
+// stream, so every copy and fill before the launch is issued on it.
 absl::StatusOr<GpuResult> RunOnGpu(const ConvTranspose2dParams& p, MathMode mode,
                                    const std::vector<float>& input,
                                    const std::vector<float>& weight,
-                                   const std::vector<float>& bias, int64_t num_groups) {
+                                   const std::vector<float>& bias, int64_t num_groups,
+                                   int64_t input_offset = 0, int64_t output_offset = 0) {
   std::vector<float> prepared(PreparedConvTransposeWeightSize(p, mode));
   RETURN_IF_ERROR(PrepareConvTransposeWeight(p, mode, weight.data(), prepared.data()));
   const int64_t output_count = p.batch * p.out_channels * OutHeight(p) * OutWidth(p);
   const int64_t sums_count = num_groups > 0 ? 2 * p.batch * num_groups : 0;
 
   ASSIGN_OR_RETURN(Stream stream, Stream::Create());
-  ASSIGN_OR_RETURN(DeviceBuffer d_input, DeviceBuffer::Allocate(input.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer d_input,
+                   DeviceBuffer::Allocate((input_offset + input.size()) * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer d_weight, DeviceBuffer::Allocate(prepared.size() * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer d_bias, DeviceBuffer::Allocate(bias.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(DeviceBuffer d_output, DeviceBuffer::Allocate(output_count * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer d_output,
+                   DeviceBuffer::Allocate((output_offset + output_count) * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer d_sums, DeviceBuffer::Allocate(sums_count * sizeof(double)));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(d_input.data(), input.data(), d_input.bytes(),
-                                  cudaMemcpyHostToDevice));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(d_weight.data(), prepared.data(), d_weight.bytes(),
-                                  cudaMemcpyHostToDevice));
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(d_bias.data(), bias.data(), d_bias.bytes(),
-                                  cudaMemcpyHostToDevice));
-  RETURN_IF_CUDA_ERROR(cudaMemset(d_output.data(), 0xFF, d_output.bytes()));
-  if (sums_count > 0) RETURN_IF_CUDA_ERROR(cudaMemset(d_sums.data(), 0, d_sums.bytes()));
+  float* const device_input = d_input.as<float>() + input_offset;
+  float* const device_output = d_output.as<float>() + output_offset;
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device_input, input.data(), input.size() * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream.get()));
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(d_weight.data(), prepared.data(), d_weight.bytes(),
+                                       cudaMemcpyHostToDevice, stream.get()));
+  RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(d_bias.data(), bias.data(), d_bias.bytes(),
+                                       cudaMemcpyHostToDevice, stream.get()));
+  RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d_output.data(), 0xFF, d_output.bytes(), stream.get()));
+  if (sums_count > 0) {
+    RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d_sums.data(), 0, d_sums.bytes(), stream.get()));
+  }
 
-  RETURN_IF_ERROR(ConvTranspose2dBiasGelu(p, mode, d_input.as<float>(), d_weight.as<float>(),
-                                          d_bias.as<float>(), d_output.as<float>(), num_groups,
+  RETURN_IF_ERROR(ConvTranspose2dBiasGelu(p, mode, device_input, d_weight.as<float>(),
+                                          d_bias.as<float>(), device_output, num_groups,
                                           sums_count > 0 ? d_sums.as<double>() : nullptr,
                                           stream.get()));
   RETURN_IF_ERROR(stream.Synchronize());
@@ -89,8 +101,8 @@ absl::StatusOr<GpuResult> RunOnGpu(const ConvTranspose2dParams& p, MathMode mode
   GpuResult result;
   result.output.resize(output_count);
   result.group_sums.resize(sums_count);
-  RETURN_IF_CUDA_ERROR(cudaMemcpy(result.output.data(), d_output.data(), d_output.bytes(),
-                                  cudaMemcpyDeviceToHost));
+  RETURN_IF_CUDA_ERROR(cudaMemcpy(result.output.data(), device_output,
+                                  output_count * sizeof(float), cudaMemcpyDeviceToHost));
   if (sums_count > 0) {
     RETURN_IF_CUDA_ERROR(cudaMemcpy(result.group_sums.data(), d_sums.data(), d_sums.bytes(),
                                     cudaMemcpyDeviceToHost));
@@ -126,6 +138,25 @@ void ExpectGroupSumsMatchOutput(const float* output, int64_t batch, int64_t chan
   }
 }
 
+// GELU(bias + ConvTranspose2d(input)) in float64.
+std::vector<double> ReferenceOutput(const ConvTranspose2dParams& p, const std::vector<float>& input,
+                                    const std::vector<float>& weight,
+                                    const std::vector<float>& bias) {
+  reference::ConvTranspose2dShape shape;
+  shape.batch = p.batch;
+  shape.in_channels = p.in_channels;
+  shape.out_channels = p.out_channels;
+  shape.in_height = p.in_height;
+  shape.in_width = p.in_width;
+  shape.kernel_size = p.kernel_size;
+  shape.stride = p.stride;
+  shape.padding = p.padding;
+  shape.output_padding = p.output_padding;
+  const std::vector<double> conv =
+      reference::ConvTranspose2d<float>(shape, input.data(), weight.data(), bias.data());
+  return reference::Gelu<double>(conv.data(), conv.size());
+}
+
 struct ConvCase {
   std::string name;
   ConvTranspose2dParams params;
@@ -152,13 +183,20 @@ ConvCase MakeCase(std::string name, int64_t batch, int64_t in_channels, int64_t 
   return c;
 }
 
-// Stride 1 takes the tensor-core implicit GEMM (tiles of 128 pixels x 64
-// channels x 64 of K = C_in * k^2), with a cheaper gather when C_in is a
-// multiple of 64 (the C_in = 64 cases) than otherwise; stride > 1 takes the
-// direct FFMA kernel (16 channels per block). The cases put sizes on both
-// sides of each tile: single pixels and channels, K = 1 and K not a multiple
-// of 64, C_out above 64 with a group straddling the channel tiles, pixel
-// counts not a multiple of 128, and padding beyond k - 1.
+// Every case runs in both modes. Stride 1 in kTf32 with in_width % 4 == 0
+// (the T_ cases) takes the tiled kernel (blocks of 512 flat pixels x 64
+// channels, 8 input channels per pipeline stage); the other stride-1 runs
+// (kFp32, and the S1_ cases' widths 1, 5 and 31 in kTf32) take the general
+// tensor-core implicit GEMM (tiles of 128 pixels x 64 channels x 64 of
+// K = C_in * k^2), with a cheaper gather when C_in is a multiple of 64 than
+// otherwise; stride > 1 takes the direct FFMA kernel (16 channels per
+// block). The cases put sizes on both sides of each tile: single pixels and
+// channels, K = 1 and K not a multiple of 64, C_in not a multiple of 8 and
+// more chunks than pipeline stages, C_out below and above 64 with a group
+// straddling the channel tiles, planes smaller than a tile, an exact
+// multiple of 512 and odd, tiles spanning many short rows and two long ones,
+// kernel sizes 1 to 5, and padding 0 to beyond k - 1. The TwoStages cases'
+// tiles fit only two pipeline stages on Hopper.
 std::vector<ConvCase> Cases() {
   return {
       // name, N, C_in, C_out, H, W, k, stride, padding, output_padding, groups
@@ -179,6 +217,20 @@ std::vector<ConvCase> Cases() {
       MakeCase("S3_K1_All1", 3, 1, 1, 1, 1, 1, 3, 0, 0, 1),
       MakeCase("S3_K2_C3to17_33x31_P1", 1, 3, 17, 33, 31, 2, 3, 1, 0, 17),
       MakeCase("S3_K3_C1to64_1x1_Op1", 3, 1, 64, 1, 1, 3, 3, 0, 1, 64),
+      MakeCase("T_K3_C64to64_40x36", 2, 64, 64, 40, 36, 3, 1, 0, 0, 8),
+      MakeCase("T_K3_C13to24_9x8_P1", 2, 13, 24, 9, 8, 3, 1, 1, 0, 6),
+      MakeCase("T_K3_C5to72_11x12_GroupAcrossTiles", 1, 5, 72, 11, 12, 3, 1, 0, 0, 3),
+      MakeCase("T_K1_C29to17_16x32_Plane512", 2, 29, 17, 16, 32, 1, 1, 0, 0, 17),
+      MakeCase("T_K3_C3to16_32x32_P1_Plane1024", 1, 3, 16, 32, 32, 3, 1, 1, 0, 4),
+      MakeCase("T_K2_C8to64_8x12_OddPlane", 3, 8, 64, 8, 12, 2, 1, 0, 0, 4),
+      MakeCase("T_K5_C17to3_20x20_P2_TwoStages", 1, 17, 3, 20, 20, 5, 1, 2, 0, 3),
+      MakeCase("T_K5_C4to64_8x8", 1, 4, 64, 8, 8, 5, 1, 0, 0, 16),
+      MakeCase("T_K4_C9to20_12x16_P2", 1, 9, 20, 12, 16, 4, 1, 2, 0, 5),
+      MakeCase("T_K3_C16to8_5x4_Width4", 2, 16, 8, 5, 4, 3, 1, 0, 0, 2),
+      MakeCase("T_K3_C8to8_3x516_P1_LongRowsTwoStages", 1, 8, 8, 3, 516, 3, 1, 1, 0, 1),
+      MakeCase("T_K2_C8to8_2x900_LongRowsTwoStages", 1, 8, 8, 2, 900, 2, 1, 0, 0, 2),
+      MakeCase("T_K1_C3to5_6x8_P1_PaddingBeyondKernel", 2, 3, 5, 6, 8, 1, 1, 1, 0, 5),
+      MakeCase("T_K3_C1to1_1x4", 1, 1, 1, 1, 4, 3, 1, 0, 0, 1),
   };
 }
 
@@ -198,24 +250,12 @@ TEST_P(ConvTranspose2dGeluTest, MatchesFloat64ReferenceWithGroupSumsInBothModes)
   const std::vector<float> weight = reference::RandomUniform(
       p.in_channels * p.out_channels * p.kernel_size * p.kernel_size, 11, -bound, bound);
   const std::vector<float> bias = reference::RandomUniform(p.out_channels, 12, -bound, bound);
-  reference::ConvTranspose2dShape shape;
-  shape.batch = p.batch;
-  shape.in_channels = p.in_channels;
-  shape.out_channels = p.out_channels;
-  shape.in_height = p.in_height;
-  shape.in_width = p.in_width;
-  shape.kernel_size = p.kernel_size;
-  shape.stride = p.stride;
-  shape.padding = p.padding;
-  shape.output_padding = p.output_padding;
 
   const int64_t input_count = p.batch * p.in_channels * p.in_height * p.in_width;
   for (const bool normal : {false, true}) {
     const std::vector<float> input = normal ? reference::RandomNormal(input_count, 13)
                                             : reference::RandomUniform(input_count, 13);
-    const std::vector<double> conv =
-        reference::ConvTranspose2d<float>(shape, input.data(), weight.data(), bias.data());
-    const std::vector<double> expected = reference::Gelu<double>(conv.data(), conv.size());
+    const std::vector<double> expected = ReferenceOutput(p, input, weight, bias);
     for (const MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
       const std::string label =
           absl::StrCat(ModeName(mode), normal ? " N(0,1)" : " U[0,1)", " input");
@@ -240,6 +280,123 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTranspose2dGeluTest, ::testing::ValuesIn(Ca
                          [](const ::testing::TestParamInfo<ConvCase>& info) {
                            return info.param.name;
                          });
+
+// The tiled kernel copies the input with 16-byte cp.async only from a
+// 16-byte aligned input (4-byte copies otherwise) and stores to an output of
+// any alignment. Offsets of 1, 2 and 4 floats take both copy paths; both
+// compute the same sums in the same order, so the outputs are bitwise those
+// of the aligned run.
+TEST_F(ConvTranspose2dGeluTest, TiledKernelGivesTheSameOutputFromPointersOfAnyAlignment) {
+  const ConvCase c = MakeCase("T_K3_C11to20_9x12", 2, 11, 20, 9, 12, 3, 1, 0, 0, 4);
+  const ConvTranspose2dParams& p = c.params;
+  ASSERT_TRUE(conv_tiled::Supports(p, MathMode::kTf32));
+  const int64_t plane = OutHeight(p) * OutWidth(p);
+  const float bound = InitBound(p);
+  const std::vector<float> weight = reference::RandomUniform(
+      p.in_channels * p.out_channels * p.kernel_size * p.kernel_size, 41, -bound, bound);
+  const std::vector<float> bias = reference::RandomUniform(p.out_channels, 42, -bound, bound);
+  const std::vector<float> input =
+      reference::RandomNormal(p.batch * p.in_channels * p.in_height * p.in_width, 43);
+
+  absl::StatusOr<GpuResult> aligned = RunOnGpu(p, MathMode::kTf32, input, weight, bias, 0);
+  ASSERT_TRUE(aligned.ok()) << aligned.status();
+  const ErrorStats stats =
+      CompareToReference(aligned->output, ReferenceOutput(p, input, weight, bias));
+  EXPECT_TRUE(stats.Within(reference::kTf32Tolerance)) << stats;
+  for (const int64_t offset : {1, 2, 4}) {
+    absl::StatusOr<GpuResult> shifted =
+        RunOnGpu(p, MathMode::kTf32, input, weight, bias, c.num_groups, offset, offset);
+    ASSERT_TRUE(shifted.ok()) << "offset " << offset << ": " << shifted.status();
+    EXPECT_EQ(0, std::memcmp(shifted->output.data(), aligned->output.data(),
+                             aligned->output.size() * sizeof(float)))
+        << "input and output " << offset << " floats past 256-byte alignment";
+    ExpectGroupSumsMatchOutput(shifted->output.data(), p.batch, p.out_channels, plane,
+                               c.num_groups, shifted->group_sums.data(),
+                               absl::StrCat("offset ", offset));
+  }
+}
+
+// Stride 1, no padding unless the caller sets it.
+ConvTranspose2dParams Params(int64_t batch, int64_t in_channels, int64_t out_channels,
+                             int64_t height, int64_t width, int64_t kernel_size) {
+  ConvTranspose2dParams p;
+  p.batch = batch;
+  p.in_channels = in_channels;
+  p.out_channels = out_channels;
+  p.in_height = height;
+  p.in_width = width;
+  p.kernel_size = kernel_size;
+  return p;
+}
+
+// Dispatch (conv_tiled::Supports) depends on the params and mode only; these
+// run without a GPU.
+ConvTranspose2dParams ReferenceShapeParams() { return Params(128, 64, 64, 256, 256, 3); }
+
+TEST(ConvTranspose2dDispatchTest, TiledKernelServesExactlyTheTf32RunsOfTheTCases) {
+  for (const ConvCase& c : Cases()) {
+    const bool tiled_case = c.name.rfind("T_", 0) == 0;
+    EXPECT_EQ(conv_tiled::Supports(c.params, MathMode::kTf32), tiled_case) << c.name;
+    EXPECT_FALSE(conv_tiled::Supports(c.params, MathMode::kFp32)) << c.name;
+  }
+}
+
+TEST(ConvTranspose2dDispatchTest, TiledKernelNeedsStride1Tf32WidthMultipleOf4AndFittingTiles) {
+  const ConvTranspose2dParams base = ReferenceShapeParams();
+  ASSERT_TRUE(conv_tiled::Supports(base, MathMode::kTf32));
+  // The reference shape runs with three stages on Hopper (227 KB).
+  EXPECT_LE(conv_tiled::SharedMemoryBytes(base, 3), 227 * 1024);
+  EXPECT_FALSE(conv_tiled::Supports(base, MathMode::kFp32));
+
+  ConvTranspose2dParams params = base;
+  params.stride = 2;
+  EXPECT_FALSE(conv_tiled::Supports(params, MathMode::kTf32));
+  params = base;
+  params.in_width = 254;
+  EXPECT_FALSE(conv_tiled::Supports(params, MathMode::kTf32));
+  params.in_width = 252;
+  EXPECT_TRUE(conv_tiled::Supports(params, MathMode::kTf32));
+  // Two stages of 8 channels x (2 + 2) rows of 16 K floats do not fit.
+  params = base;
+  params.in_width = 16384;
+  EXPECT_GT(conv_tiled::SharedMemoryBytes(params, 2), 227 * 1024);
+  EXPECT_FALSE(conv_tiled::Supports(params, MathMode::kTf32));
+  // Nor do two stages of k = 9's weights (8 x 81 taps x 64 channels each).
+  params = base;
+  params.kernel_size = 9;
+  EXPECT_FALSE(conv_tiled::Supports(params, MathMode::kTf32));
+}
+
+// The tiled kernel has instantiations for 2 and 3 stages, each for k = 3
+// and for any k: the TwoStages cases run the 2-stage ones on Hopper, the
+// other T_ cases the 3-stage ones.
+TEST(ConvTranspose2dDispatchTest, TwoStagesCasesAreTheOnesWhoseThreeStagesExceedHopper) {
+  bool two_stages_k3 = false;
+  bool two_stages_other_k = false;
+  for (const ConvCase& c : Cases()) {
+    if (c.name.rfind("T_", 0) != 0) continue;
+    const bool two_stages = c.name.find("TwoStages") != std::string::npos;
+    EXPECT_EQ(conv_tiled::SharedMemoryBytes(c.params, 3) > 227 * 1024, two_stages) << c.name;
+    EXPECT_LE(conv_tiled::SharedMemoryBytes(c.params, 2), 227 * 1024) << c.name;
+    if (two_stages) {
+      (c.params.kernel_size == 3 ? two_stages_k3 : two_stages_other_k) = true;
+    }
+  }
+  EXPECT_TRUE(two_stages_k3);
+  EXPECT_TRUE(two_stages_other_k);
+}
+
+TEST(ConvTranspose2dDispatchTest, PreparedSizeAddsTheTiledLayoutExactlyWhenSupported) {
+  ConvTranspose2dParams p = ReferenceShapeParams();
+  // General layout: K = 64 * 9 = 576 rows of 64 channels.
+  const int64_t general = 576 * 64;
+  EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kFp32), general);
+  EXPECT_EQ(conv_tiled::PreparedWeightSize(p), 64 * 64 * 9);
+  EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32), general + 64 * 64 * 9);
+  p.stride = 2;
+  EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32),
+            PreparedConvTransposeWeightSize(p, MathMode::kFp32));
+}
 
 // GELU(bias + transposed convolution) at one output element, in double.
 double ReferenceAt(const ConvTranspose2dParams& p, const float* sample_input, const float* weight,
@@ -277,13 +434,7 @@ class ConvTranspose2dGeluReferenceShapeTest : public ::testing::Test {
 // window at n * 977 of one longer random vector, so samples differ without
 // generating the whole batch on the host.
 TEST_F(ConvTranspose2dGeluReferenceShapeTest, MatchesSampledReferenceAndGroupSums) {
-  ConvTranspose2dParams p;
-  p.batch = 128;
-  p.in_channels = 64;
-  p.out_channels = 64;
-  p.in_height = 256;
-  p.in_width = 256;
-  p.kernel_size = 3;
+  ConvTranspose2dParams p = ReferenceShapeParams();
   constexpr int64_t kGroups = 8;
   constexpr int64_t kSampleShift = 977;
   constexpr int64_t kSamplesPerImage = 32;
@@ -308,13 +459,16 @@ TEST_F(ConvTranspose2dGeluReferenceShapeTest, MatchesSampledReferenceAndGroupSum
   auto d_sums = DeviceBuffer::Allocate(2 * p.batch * kGroups * sizeof(double));
   ASSERT_TRUE(stream.ok() && d_input.ok() && d_weight.ok() && d_bias.ok() && d_output.ok() &&
               d_sums.ok());
+  // Everything before the launch goes on the launch's stream, which does
+  // not synchronise with the legacy default stream.
   for (int64_t n = 0; n < p.batch; ++n) {
-    ASSERT_EQ(cudaSuccess, cudaMemcpy(d_input->as<float>() + n * in_sample,
-                                      base.data() + n * kSampleShift, in_sample * sizeof(float),
-                                      cudaMemcpyHostToDevice));
+    ASSERT_EQ(cudaSuccess, cudaMemcpyAsync(d_input->as<float>() + n * in_sample,
+                                           base.data() + n * kSampleShift,
+                                           in_sample * sizeof(float), cudaMemcpyHostToDevice,
+                                           stream->get()));
   }
-  ASSERT_EQ(cudaSuccess, cudaMemcpy(d_bias->data(), bias.data(), d_bias->bytes(),
-                                    cudaMemcpyHostToDevice));
+  ASSERT_EQ(cudaSuccess, cudaMemcpyAsync(d_bias->data(), bias.data(), d_bias->bytes(),
+                                         cudaMemcpyHostToDevice, stream->get()));
 
   std::vector<float> prepared(PreparedConvTransposeWeightSize(p, MathMode::kTf32));
   std::vector<float> output(out_sample);
@@ -323,10 +477,11 @@ TEST_F(ConvTranspose2dGeluReferenceShapeTest, MatchesSampledReferenceAndGroupSum
   std::vector<double> sums(2 * p.batch * kGroups);
   for (const MathMode mode : {MathMode::kTf32, MathMode::kFp32}) {
     ASSERT_TRUE(PrepareConvTransposeWeight(p, mode, weight.data(), prepared.data()).ok());
-    ASSERT_EQ(cudaSuccess, cudaMemcpy(d_weight->data(), prepared.data(), d_weight->bytes(),
-                                      cudaMemcpyHostToDevice));
-    ASSERT_EQ(cudaSuccess, cudaMemset(d_output->data(), 0xFF, d_output->bytes()));
-    ASSERT_EQ(cudaSuccess, cudaMemset(d_sums->data(), 0, d_sums->bytes()));
+    ASSERT_EQ(cudaSuccess, cudaMemcpyAsync(d_weight->data(), prepared.data(), d_weight->bytes(),
+                                           cudaMemcpyHostToDevice, stream->get()));
+    ASSERT_EQ(cudaSuccess,
+              cudaMemsetAsync(d_output->data(), 0xFF, d_output->bytes(), stream->get()));
+    ASSERT_EQ(cudaSuccess, cudaMemsetAsync(d_sums->data(), 0, d_sums->bytes(), stream->get()));
     auto start = Event::Create();
     auto stop = Event::Create();
     ASSERT_TRUE(start.ok() && stop.ok());
@@ -464,14 +619,41 @@ TEST_F(ConvTranspose2dGeluValidationTest, RejectsBatchBeyondTheGridLimit) {
   EXPECT_EQ(ValidateConvTranspose2dParams(params).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The server prepares the weight once at load, with placeholder spatial
+// sizes, and then runs every request size with it (the tiled kernel's
+// eligibility depends on the width; its layout must not).
+TEST(PrepareConvTransposeWeightTest, LayoutDoesNotDependOnBatchOrSpatialSizes) {
+  for (MathMode mode : {MathMode::kTf32, MathMode::kFp32}) {
+    for (int64_t stride : {1, 2}) {
+      ConvTranspose2dParams base;
+      base.batch = 1;
+      base.in_channels = 13;
+      base.out_channels = 24;
+      base.kernel_size = 3;
+      base.stride = stride;
+      base.in_height = 1;
+      base.in_width = 1;
+      const std::vector<float> weight = reference::RandomNormal(13 * 24 * 9, 77);
+      std::vector<float> expected(PreparedConvTransposeWeightSize(base, mode));
+      ASSERT_TRUE(PrepareConvTransposeWeight(base, mode, weight.data(), expected.data()).ok());
+      for (int64_t width : {3, 4, 256, 2000}) {
+        ConvTranspose2dParams p = base;
+        p.batch = 7;
+        p.in_height = 5;
+        p.in_width = width;
+        SCOPED_TRACE(absl::StrCat(ModeName(mode), " stride ", stride, " width ", width));
+        ASSERT_EQ(PreparedConvTransposeWeightSize(p, mode), static_cast<int64_t>(expected.size()));
+        std::vector<float> prepared(expected.size());
+        ASSERT_TRUE(PrepareConvTransposeWeight(p, mode, weight.data(), prepared.data()).ok());
+        EXPECT_EQ(std::memcmp(prepared.data(), expected.data(), expected.size() * sizeof(float)),
+                  0);
+      }
+    }
+  }
+}
+
 TEST(PrepareConvTransposeWeightTest, PlacesEachWeightAtItsTapRowAndZeroPadsTheRest) {
-  ConvTranspose2dParams p;
-  p.batch = 1;
-  p.in_channels = 3;
-  p.out_channels = 5;
-  p.in_height = 4;
-  p.in_width = 4;
-  p.kernel_size = 2;
+  ConvTranspose2dParams p = Params(1, 3, 5, 4, 4, 2);
   const int64_t k = p.kernel_size;
   const std::vector<float> weight =
       reference::RandomNormal(p.in_channels * p.out_channels * k * k, 31);
@@ -498,13 +680,7 @@ TEST(PrepareConvTransposeWeightTest, PlacesEachWeightAtItsTapRowAndZeroPadsTheRe
 }
 
 TEST(PrepareConvTransposeWeightTest, RoundsToTf32OnlyInTf32Mode) {
-  ConvTranspose2dParams p;
-  p.batch = 1;
-  p.in_channels = 2;
-  p.out_channels = 3;
-  p.in_height = 1;
-  p.in_width = 1;
-  p.kernel_size = 1;
+  ConvTranspose2dParams p = Params(1, 2, 3, 1, 1, 1);
   const std::vector<float> weight = {1.0f + 0x1.0p-12f, 1.0f + 0x1.8p-11f, -1.0f - 0x1.0p-10f,
                                      0.1f, -3.0e-20f, 1.0f};
   std::vector<float> prepared(PreparedConvTransposeWeightSize(p, MathMode::kTf32));
@@ -523,6 +699,67 @@ TEST(PrepareConvTransposeWeightTest, RoundsToTf32OnlyInTf32Mode) {
   EXPECT_EQ(prepared[2], -1.0f - 0x1.0p-10f);  // exact
   ASSERT_TRUE(PrepareConvTransposeWeight(p, MathMode::kFp32, weight.data(), prepared.data()).ok());
   EXPECT_EQ(prepared[64 + 0], 0.1f);  // (ci 1, co 0) = weight[3], unrounded
+}
+
+// Where the tiled kernel reads w[ci, co, kh, kw], derived here from the PTX
+// ISA's m16n8k8 .tf32 A fragment (A row-major 16 x 8, rows = output
+// channels, columns = the 8 input channels of a chunk): lane 4 g + q holds
+// a0 = (g, q), a1 = (g + 8, q), a2 = (g, q + 4), a3 = (g + 8, q + 4), and
+// loads them as one float4. Blocks of 64 channels x 8 channels x one tap
+// (4 m16 tiles x 32 lanes x 4) are ordered [channel tile][chunk][tap].
+int64_t TiledPosition(const ConvTranspose2dParams& p, int64_t ci, int64_t co, int64_t tap) {
+  const int64_t chunks = (p.in_channels + 7) / 8;
+  const int64_t row = co % 16;
+  const int64_t column = ci % 8;
+  const int64_t lane = 4 * (row % 8) + column % 4;
+  const int64_t element = (row < 8 ? 0 : 1) + (column < 4 ? 0 : 2);
+  const int64_t block = (co / 64 * chunks + ci / 8) * p.kernel_size * p.kernel_size + tap;
+  return block * 512 + co % 64 / 16 * 128 + lane * 4 + element;
+}
+
+TEST(PrepareConvTransposeWeightTest, AppendsTheTiledLayoutInMmaFragmentOrderForTf32) {
+  ConvTranspose2dParams p = Params(1, 13, 72, 4, 8, 3);
+  ASSERT_TRUE(conv_tiled::Supports(p, MathMode::kTf32));
+  const int64_t k2 = p.kernel_size * p.kernel_size;
+  // General layout: K = 13 * 9 = 117 -> 128 rows, 72 -> 128 columns; then
+  // 2 channel tiles x 2 chunks x 9 taps x 512.
+  const int64_t general = 128 * 128;
+  const int64_t size = PreparedConvTransposeWeightSize(p, MathMode::kTf32);
+  ASSERT_EQ(size, general + 2 * 2 * 9 * 512);
+  const std::vector<float> weight =
+      reference::RandomNormal(p.in_channels * p.out_channels * k2, 51);
+  std::vector<float> prepared(size, -1.0f);
+  ASSERT_TRUE(PrepareConvTransposeWeight(p, MathMode::kTf32, weight.data(), prepared.data()).ok());
+  const float* tiled = prepared.data() + general;
+
+  // A few weights by hand: w[0, 0, 0, 0] is lane 0's a0 of the first block;
+  // w[12, 71, 2, 2] (chunk 1, column 4; tile 1, m16 tile 0, row 7) is lane
+  // 28's a2 of block (1 * 2 + 1) * 9 + 8; w[5, 25, 1, 0] (column 5, m16
+  // tile 1, row 9) is lane 5's a3 of block 3.
+  EXPECT_EQ(tiled[0], prepared[0]);
+  EXPECT_EQ(tiled[((1 * 2 + 1) * 9 + 8) * 512 + 0 * 128 + 28 * 4 + 2],
+            prepared[(8 * 13 + 12) * 128 + 71]);
+  EXPECT_EQ(tiled[3 * 512 + 1 * 128 + 5 * 4 + 3], prepared[(3 * 13 + 5) * 128 + 25]);
+
+  std::vector<bool> used(size - general, false);
+  for (int64_t ci = 0; ci < p.in_channels; ++ci) {
+    for (int64_t co = 0; co < p.out_channels; ++co) {
+      for (int64_t tap = 0; tap < k2; ++tap) {
+        const int64_t position = TiledPosition(p, ci, co, tap);
+        // The general layout's value: the same TF32 rounding.
+        EXPECT_EQ(tiled[position], prepared[(tap * p.in_channels + ci) * 128 + co])
+            << "ci " << ci << " co " << co << " tap " << tap;
+        const float raw = weight[(ci * p.out_channels + co) * k2 + tap];
+        EXPECT_NEAR(tiled[position], raw, std::fabs(raw) * 0x1.0p-11f);
+        used[position] = true;
+      }
+    }
+  }
+  for (int64_t i = 0; i < size - general; ++i) {
+    if (!used[i]) {
+      EXPECT_EQ(tiled[i], 0.0f) << "padding at tiled index " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,11 @@
 
 // Host <-> device copies for the GPU kernel tests. Failures are reported as
 // test failures (EXPECT_*), and the test goes on with an empty result.
+//
+// The uploads finish before they return: cudaMemcpy from pageable memory may
+// return before its DMA lands and cudaMemset is asynchronous, both on the
+// legacy default stream, which the kernels' non-blocking streams do not wait
+// for.
 
 #include <cuda_runtime_api.h>
 
@@ -14,6 +19,9 @@
 
 namespace fuseserve::cuda {
 
+// Waits for every upload and memset issued on the default stream.
+inline void FinishUploads() { EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+
 // A device copy of `host`.
 inline DeviceBuffer ToDevice(const std::vector<float>& host) {
   auto buffer = DeviceBuffer::Allocate(host.size() * sizeof(float));
@@ -21,6 +29,7 @@ inline DeviceBuffer ToDevice(const std::vector<float>& host) {
   if (!buffer.ok()) return DeviceBuffer();
   EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), buffer->bytes(), cudaMemcpyHostToDevice),
             cudaSuccess);
+  FinishUploads();
   return std::move(*buffer);
 }
 
@@ -31,6 +40,7 @@ inline DeviceBuffer PoisonedDevice(int64_t count) {
   EXPECT_TRUE(buffer.ok()) << buffer.status();
   if (!buffer.ok()) return DeviceBuffer();
   EXPECT_EQ(cudaMemset(buffer->data(), 0xFF, buffer->bytes()), cudaSuccess);
+  FinishUploads();
   return std::move(*buffer);
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
 #include "tests/kernels/cuda/device_copy.h"
+#include "tests/kernels/cuda/gpu_test_fixtures.h"
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/families.h"
 #include "kernels/reference/ops.h"
@@ -96,19 +98,8 @@ std::vector<int64_t> AllRows(int64_t batch) {
   return rows;
 }
 
-class CudaFamiliesTest : public ::testing::Test {
+class CudaFamiliesTest : public GpuCublasTest {
  protected:
-  void SetUp() override {
-    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    auto stream = Stream::Create();
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    stream_ = std::move(*stream);
-    ASSERT_EQ(cublasCreate(&handle_), CUBLAS_STATUS_SUCCESS);
-    ASSERT_EQ(cublasSetStream(handle_, stream_.get()), CUBLAS_STATUS_SUCCESS);
-  }
-  void TearDown() override {
-    if (handle_ != nullptr) cublasDestroy(handle_);
-  }
 
   std::vector<float> RunGemm(const GemmFamilyParams& p, const GemmData& d) {
     DeviceBuffer input = ToDevice(d.input);
@@ -119,21 +110,28 @@ class CudaFamiliesTest : public ::testing::Test {
     DeviceBuffer gn_bias = ToDevice(d.gn_bias);
     const int64_t count = p.linear.batch * p.linear.out_features;
     DeviceBuffer output = PoisonedDevice(count);
+    // The 3xTF32 copy of the weight, as the server prepares it at load.
+    std::vector<float> split(Tf32x3WeightSize(p.linear));
+    EXPECT_TRUE(PrepareTf32x3Weight(p.linear, d.weight.data(), split.data()).ok());
+    DeviceBuffer tf32x3_weight = ToDevice(split);
+    auto workspace = DeviceBuffer::Allocate(std::max<size_t>(GemmFamilyWorkspaceBytes(p), 16));
+    EXPECT_TRUE(workspace.ok()) << workspace.status();
+    if (!workspace.ok()) return {};
     GemmFamilyWeights w;
     w.weight = weight.as<float>();
+    w.tf32x3_weight = tf32x3_weight.as<float>();
     w.gemm_bias = gemm_bias.as<float>();
     w.bias = bias.as<float>();
     w.gn_weight = gn_weight.as<float>();
     w.gn_bias = gn_bias.as<float>();
     const absl::Status status =
-        RunGemmFamily(handle_, p, w, input.as<float>(), output.as<float>(), stream_.get());
+        RunGemmFamily(handle_, p, w, input.as<float>(), output.as<float>(), workspace->data(),
+                      stream_.get());
     EXPECT_TRUE(status.ok()) << status;
     EXPECT_TRUE(stream_.Synchronize().ok());
     return ToHost(output, count);
   }
 
-  Stream stream_;
-  cublasHandle_t handle_ = nullptr;
 };
 
 TEST_F(CudaFamiliesTest, GemmFamilyMatchesFloat64ReferenceOnOddShapes) {
@@ -323,6 +321,7 @@ TEST_F(CudaFamiliesTest, ConvFamilyMatchesFloat64Reference) {
         ASSERT_TRUE(workspace.ok());
         // Garbage in the workspace: RunConvFamily must zero its sums itself.
         ASSERT_EQ(cudaMemset(workspace->data(), 0x7F, workspace->bytes()), cudaSuccess);
+        FinishUploads();
         ConvFamilyWeights w;
         w.prepared_weight = d_prepared.as<float>();
         w.bias = d_bias.as<float>();
@@ -342,10 +341,12 @@ TEST_F(CudaFamiliesTest, ConvFamilyMatchesFloat64Reference) {
 TEST(CudaFamiliesValidationTest, RejectsMismatchedOrInvalidShapesBeforeAnyWork) {
   GemmFamilyParams gemm = MakeGemmParams(4, 16, 32, 4, MathMode::kFp32);
   gemm.epilogue.channels = 16;
-  EXPECT_EQ(RunGemmFamily(nullptr, gemm, GemmFamilyWeights{}, nullptr, nullptr, nullptr).code(),
+  EXPECT_EQ(RunGemmFamily(nullptr, gemm, GemmFamilyWeights{}, nullptr, nullptr, nullptr, nullptr)
+                .code(),
             absl::StatusCode::kInvalidArgument);
   gemm = MakeGemmParams(4, 16, 32, 5, MathMode::kFp32);
-  EXPECT_EQ(RunGemmFamily(nullptr, gemm, GemmFamilyWeights{}, nullptr, nullptr, nullptr).code(),
+  EXPECT_EQ(RunGemmFamily(nullptr, gemm, GemmFamilyWeights{}, nullptr, nullptr, nullptr, nullptr)
+                .code(),
             absl::StatusCode::kInvalidArgument);
 
   ConvFamilyParams conv;

@@ -16,6 +16,7 @@
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/ops.h"
 #include "kernels/reference/test_data.h"
+#include "tests/kernels/cuda/gpu_test_fixtures.h"
 
 namespace fuseserve::cuda {
 namespace {
@@ -33,6 +34,9 @@ DeviceBuffer ToDevice(const std::vector<float>& host, size_t pad_floats = 0) {
   EXPECT_EQ(cudaMemcpy(buffer->as<float>() + pad_floats, host.data(), host.size() * sizeof(float),
                        cudaMemcpyHostToDevice),
             cudaSuccess);
+  // Pageable cudaMemcpy may return before its DMA lands, on the legacy
+  // stream the kernels' non-blocking stream does not wait for.
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return std::move(*buffer);
 }
 
@@ -43,6 +47,7 @@ DeviceBuffer PoisonedDevice(int64_t count, size_t pad_floats = 0) {
   EXPECT_TRUE(buffer.ok()) << buffer.status();
   if (!buffer.ok()) return DeviceBuffer();
   EXPECT_EQ(cudaMemset(buffer->data(), 0xFF, buffer->bytes()), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // cudaMemset is asynchronous
   return std::move(*buffer);
 }
 
@@ -110,14 +115,8 @@ std::vector<double> Reference(const Case& c, GroupNormPrologue prologue,
   return reference::GroupNorm(shape, activated.data(), w.data(), b.data());
 }
 
-class CudaGroupNormTest : public ::testing::Test {
+class CudaGroupNormTest : public GpuStreamTest {
  protected:
-  void SetUp() override {
-    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    auto stream = Stream::Create();
-    ASSERT_TRUE(stream.ok()) << stream.status();
-    stream_ = std::move(*stream);
-  }
 
   // GroupNorm on the GPU into a NaN-poisoned output (or in place), with the
   // input and output starting `pad_floats` floats into their buffers.
@@ -154,7 +153,6 @@ class CudaGroupNormTest : public ::testing::Test {
     EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
   }
 
-  Stream stream_;
 };
 
 TEST_F(CudaGroupNormTest, MatchesFloat64ReferenceOverRanksAndGroupings) {
