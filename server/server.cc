@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   server->service_ = std::make_unique<InferenceService>(
       std::move(service_options), server->models_.get(), Clock::Real());
   ASSIGN_OR_RETURN(server->grpc_, GrpcServer::Start(options.grpc_address, options.grpc_port,
+                                                     options.max_request_bytes,
                                                      server->service_.get()));
 
   HttpEndpoints endpoints;

@@ -46,6 +46,9 @@ Options:
   --metrics-address=ADDR     HTTP bind address (default 0.0.0.0)
   --exit-timeout-secs=N      on SIGTERM/SIGINT, how long queued and running
                              requests may take to finish (default 30)
+  --max-request-bytes=N      largest gRPC request accepted, in bytes (default
+                             and maximum 2147483647); larger ones get
+                             RESOURCE_EXHAUSTED
   --strict-readiness=BOOL    ready only if every model in the repository
                              loaded (default false: every model that loaded)
   --port-file=PATH           write {"grpc_port": P, "metrics_port": Q} to PATH
@@ -90,6 +93,11 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
       if (!absl::SimpleAtoi(value, &options.exit_timeout_secs) || options.exit_timeout_secs < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--exit-timeout-secs must be a non-negative integer, got \"", value, "\""));
+      }
+    } else if (flag == "max-request-bytes") {
+      if (!absl::SimpleAtoi(value, &options.max_request_bytes) || options.max_request_bytes < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--max-request-bytes must be an integer in [1, 2147483647], got \"", value, "\""));
       }
     } else if (flag == "strict-readiness") {
       if (auto status = ParseBool(flag, value, &options.strict_readiness); !status.ok()) {

@@ -16,6 +16,10 @@ struct ServerOptions {
   int metrics_port = 8002;
   // Bound on draining queued and running requests after SIGTERM/SIGINT.
   int exit_timeout_secs = 30;
+  // Largest gRPC request message accepted (bytes); larger ones are refused
+  // with RESOURCE_EXHAUSTED before they are decoded. gRPC's own ceiling,
+  // and Triton's default, is INT32_MAX.
+  int max_request_bytes = 2147483647;
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.
   bool strict_readiness = false;

@@ -10,12 +10,12 @@
 namespace fuseserve {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                              int port,
+                                                              int port, int max_request_bytes,
                                                               InferenceService* service) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(INT_MAX);
+  builder.SetMaxReceiveMessageSize(max_request_bytes);
   builder.SetMaxSendMessageSize(INT_MAX);
   const std::string endpoint = absl::StrCat(address, ":", port);
   builder.AddListeningPort(endpoint, grpc::InsecureServerCredentials(), &server->port_);

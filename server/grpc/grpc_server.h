@@ -1,8 +1,10 @@
 #pragma once
 
 // The gRPC endpoint: inference.GRPCInferenceService plus grpc.health.v1.Health
-// on one port, with message limits of INT32_MAX both ways (tensors of tens of
-// MB are normal here; Triton does the same).
+// on one port. Responses may be up to INT32_MAX bytes (tensors of tens of MB
+// are normal here; Triton does the same); requests up to the configured
+// limit (--max-request-bytes, INT32_MAX by default), beyond which gRPC
+// answers RESOURCE_EXHAUSTED without handing the message to the service.
 
 #include <memory>
 #include <string>
@@ -19,6 +21,7 @@ class GrpcServer {
   // Binds address:port (port 0 = ephemeral) and starts serving `service`,
   // which must outlive the server. Health starts NOT_SERVING.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address, int port,
+                                                           int max_request_bytes,
                                                            InferenceService* service);
   ~GrpcServer();
 

@@ -411,6 +411,39 @@ TEST(ServerE2eMetricsTest, MetricsAndStatisticsCountExactlyAndSigtermExitsCleanl
   std::filesystem::remove_all(repository);
 }
 
+// --max-request-bytes: gRPC refuses a larger request before it is decoded,
+// with RESOURCE_EXHAUSTED, and the server goes on serving smaller ones.
+TEST(ServerE2eCommandLineTest, RefusesRequestsAboveMaxRequestBytesAndKeepsServing) {
+  const std::string repository = MakeRepository();
+  auto server = ServerProcess::Start(ServerBinary(), repository, {"--max-request-bytes=65536"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+
+  const Shape large = {1, 8, 64, 64};  // 128 KiB of raw input
+  inference::ModelInferResponse refused;
+  grpc::ClientContext refused_context;
+  const grpc::Status too_large = stub->ModelInfer(
+      &refused_context, MakeRequest(kGroupNorm, large, RandomValues(NumElements(large), 7)),
+      &refused);
+  EXPECT_EQ(too_large.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << too_large.error_message();
+
+  const Shape small = {1, 8, 8, 8};  // 2 KiB
+  inference::ModelInferResponse answered;
+  grpc::ClientContext answered_context;
+  const grpc::Status ok = stub->ModelInfer(
+      &answered_context, MakeRequest(kGroupNorm, small, RandomValues(NumElements(small), 8)),
+      &answered);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(answered.raw_output_contents_size(), 1);
+
+  auto exit_code = (*server)->Terminate();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*server)->Log();
+  std::filesystem::remove_all(repository);
+}
+
 TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
   auto server = ServerProcess::Start(ServerBinary(), "/nonexistent/repository", {},
                                      absl::Seconds(20));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,6 +40,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->grpc_port, 8001);
   EXPECT_EQ(options->metrics_port, 8002);
   EXPECT_EQ(options->exit_timeout_secs, 30);
+  EXPECT_EQ(options->max_request_bytes, 2147483647);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
@@ -50,9 +52,11 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
   absl::StatusOr<ServerOptions> options =
       Parse({"--model-repository=/srv/models", "--grpc-port=9001", "--metrics-port=9002",
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
-             "--strict-readiness=true", "--port-file=/tmp/ports.json"});
+             "--strict-readiness=true", "--port-file=/tmp/ports.json",
+             "--max-request-bytes=4096"});
 
   ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->max_request_bytes, 4096);
   EXPECT_EQ(options->model_repository, "/srv/models");
   EXPECT_EQ(options->grpc_port, 9001);
   EXPECT_EQ(options->metrics_port, 9002);
@@ -119,6 +123,17 @@ TEST(ServerOptionsTest, RejectsBadExitTimeout) {
   }
 }
 
+TEST(ServerOptionsTest, RejectsMaxRequestBytesOutsideOneToInt32Max) {
+  for (const char* value : {"0", "-1", "2147483648", "1e6", "lots", ""}) {
+    absl::StatusOr<ServerOptions> options =
+        Parse({"--model-repository=/m", absl::StrCat("--max-request-bytes=", value)});
+    EXPECT_EQ(options.status().code(), absl::StatusCode::kInvalidArgument) << value;
+    EXPECT_THAT(options.status().message(), HasSubstr("--max-request-bytes")) << value;
+  }
+  EXPECT_TRUE(Parse({"--model-repository=/m", "--max-request-bytes=1"}).ok());
+  EXPECT_TRUE(Parse({"--model-repository=/m", "--max-request-bytes=2147483647"}).ok());
+}
+
 TEST(ServerOptionsTest, RejectsBadBoolean) {
   EXPECT_THAT(ParseError({"--model-repository=/m", "--strict-readiness=yes"}),
               AllOf(HasSubstr("--strict-readiness"), HasSubstr("\"yes\"")));
@@ -158,7 +173,8 @@ TEST(ServerOptionsTest, UsageDescribesEveryFlag) {
 
   for (const char* flag :
        {"--model-repository", "--grpc-port", "--metrics-port", "--exit-timeout-secs",
-        "--grpc-address", "--metrics-address", "--strict-readiness", "--port-file", "--help"}) {
+        "--grpc-address", "--metrics-address", "--strict-readiness", "--port-file",
+        "--max-request-bytes", "--help"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
   EXPECT_THAT(usage, AllOf(HasSubstr("8001"), HasSubstr("8002"), HasSubstr("30")));
