@@ -85,7 +85,7 @@ class Capi:
     lib.fs_cublas_create.restype = vp
     lib.fs_cublas_create.argtypes = [vp]
     lib.fs_cublas_destroy.argtypes = [vp]
-    lib.fs_gemm_workspace_bytes.argtypes = [i64] * 5
+    lib.fs_gemm_workspace_bytes.argtypes = [i64] * 6
     lib.fs_gemm_workspace_bytes.restype = i64
     lib.fs_gemm_prepare_tf32x3.argtypes = [i64, i64, vp, vp, cp, i64]
     lib.fs_gemm_family.argtypes = ([vp] + [i64] * 4 + [f64] * 3 + [i64] * 3 + [vp] * 10 +
@@ -163,7 +163,8 @@ def make_ours(capi, family, module, spec, precision, input_shape, options=None):
                                                host_split.ctypes.data, capi.error, 1024))
     split_weight = torch.from_numpy(host_split).cuda()
     del host_w, host_split
-    ws = torch.empty(max(16, capi.lib.fs_gemm_workspace_bytes(n, f_in, f_out, algorithm, slices)),
+    ws = torch.empty(max(16, capi.lib.fs_gemm_workspace_bytes(n, f_in, f_out, tf32, algorithm,
+                                                                  slices)),
                      dtype=torch.uint8, device="cuda")
 
     def run(x, out=None):

@@ -59,7 +59,7 @@ absl::Status RunConvFamily(const ConvFamilyParams& params, const ConvFamilyWeigh
 }
 
 size_t GemmFamilyWorkspaceBytes(const GemmFamilyParams& params) {
-  return LinearWorkspaceBytes(params.linear, params.linear_options);
+  return LinearWorkspaceBytes(params.linear, params.mode, params.linear_options);
 }
 
 absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params,

@@ -161,8 +161,9 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
   return absl::InvalidArgumentError("Linear: algorithm is not a LinearAlgorithm value");
 }
 
-size_t LinearWorkspaceBytes(const LinearParams& params, const LinearOptions& options) {
-  if (!ValidateLinearParams(params).ok()) return 0;
+size_t LinearWorkspaceBytes(const LinearParams& params, MathMode mode,
+                            const LinearOptions& options) {
+  if (!ValidateLinearParams(params).ok() || mode != MathMode::kFp32) return 0;
   if (options.algorithm != LinearAlgorithm::kAuto &&
       options.algorithm != LinearAlgorithm::kTf32x3) {
     return 0;

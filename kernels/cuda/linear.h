@@ -85,15 +85,17 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
                                                       const LinearWeights& weights,
                                                       const LinearOptions& options = {});
 
-// Device scratch Linear may need for `params` with `options` (the split x
-// and the slice partials of kTf32x3), for any algorithm kAuto may pick.
-size_t LinearWorkspaceBytes(const LinearParams& params, const LinearOptions& options = {});
+// Device scratch Linear may need for `params` in `mode` with `options` (the
+// split x and the slice partials of kTf32x3), for any algorithm kAuto may
+// pick: none in kTf32, which never runs kTf32x3.
+size_t LinearWorkspaceBytes(const LinearParams& params, MathMode mode,
+                            const LinearOptions& options = {});
 
 // `handle` must already be bound to `stream` by the caller (cublasSetStream)
 // — the instance owns both. Linear sets the handle's pointer mode to host
 // and its math mode to CUBLAS_DEFAULT_MATH (a TF32 math mode would
 // otherwise let CUBLAS_COMPUTE_32F use TF32). workspace: at least
-// LinearWorkspaceBytes(params, options) bytes, 16-byte aligned (may be null
+// LinearWorkspaceBytes(params, mode, options) bytes, 16-byte aligned (may be null
 // when that is 0). cuBLAS failures come back as Internal naming the
 // cublasStatus_t.
 absl::Status Linear(cublasHandle_t handle, const LinearParams& params, MathMode mode,

@@ -126,9 +126,9 @@ void fs_cublas_destroy(void* handle) {
 // algorithm: 0 auto, 1 small batch, 2 SGEMM / one TF32 pass, 3 3xTF32
 // (linear.h LinearAlgorithm); tf32x3_slices 0 = the default.
 int64_t fs_gemm_workspace_bytes(int64_t batch, int64_t in_features, int64_t out_features,
-                                int64_t algorithm, int64_t tf32x3_slices) {
+                                int64_t tf32, int64_t algorithm, int64_t tf32x3_slices) {
   return static_cast<int64_t>(fuseserve::cuda::LinearWorkspaceBytes(
-      {batch, in_features, out_features}, LinearOptionsOf(algorithm, tf32x3_slices)));
+      {batch, in_features, out_features}, Mode(tf32), LinearOptionsOf(algorithm, tf32x3_slices)));
 }
 
 int fs_gemm_prepare_tf32x3(int64_t in_features, int64_t out_features, const float* host_weight,

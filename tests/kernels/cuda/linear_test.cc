@@ -108,7 +108,7 @@ class CudaLinearTest : public GpuCublasTest {
                                     const LinearWeights& weights, const LinearOptions& options) {
     const int64_t count = params.batch * params.out_features;
     DeviceBuffer y = PoisonedDevice(count + kGuardFloats);
-    const size_t workspace_bytes = LinearWorkspaceBytes(params, options);
+    const size_t workspace_bytes = LinearWorkspaceBytes(params, mode, options);
     auto workspace = DeviceBuffer::Allocate(workspace_bytes + kGuardBytes);
     EXPECT_TRUE(workspace.ok()) << workspace.status();
     if (!workspace.ok()) return {};
@@ -307,7 +307,7 @@ TEST_F(CudaLinearTest, RejectsWhatCannotRunWithoutWritingTheOutput) {
   const int64_t count = p.batch * p.out_features;
   DeviceBuffer y = PoisonedDevice(count);
   const LinearOptions tf32x3 = Forced(LinearAlgorithm::kTf32x3);
-  auto workspace = DeviceBuffer::Allocate(LinearWorkspaceBytes(p, tf32x3));
+  auto workspace = DeviceBuffer::Allocate(LinearWorkspaceBytes(p, MathMode::kFp32, tf32x3));
   ASSERT_TRUE(workspace.ok()) << workspace.status();
   const LinearWeights weights{dw.as<float>(), dprepared.as<float>()};
   void* ws = workspace->data();
@@ -503,13 +503,14 @@ TEST(LinearWorkspaceTest, SmallBatchAndSgemmNeedNone) {
   for (const LinearParams& p : std::vector<LinearParams>{
            {1, 4, 1}, {8, 4096, 257}, {130, 2048, 300}, {1024, 8192, 8192}}) {
     SCOPED_TRACE(absl::StrCat(p.batch, "x", p.in_features, "x", p.out_features));
-    EXPECT_EQ(LinearWorkspaceBytes(p, Forced(LinearAlgorithm::kSmallBatch)), 0u);
-    EXPECT_EQ(LinearWorkspaceBytes(p, Forced(LinearAlgorithm::kSgemm)), 0u);
+    const MathMode fp32 = MathMode::kFp32;
+    EXPECT_EQ(LinearWorkspaceBytes(p, fp32, Forced(LinearAlgorithm::kSmallBatch)), 0u);
+    EXPECT_EQ(LinearWorkspaceBytes(p, fp32, Forced(LinearAlgorithm::kSgemm)), 0u);
   }
 }
 
 // Room for the split x [N, 2 F_in] and a [N, F_out] partial per slice,
-// whether kTf32x3 is forced or kAuto may pick it.
+// whether kTf32x3 is forced or kAuto may pick it (kFp32).
 TEST(LinearWorkspaceTest, Tf32x3HoldsTheSplitInputAndTheSlicePartials) {
   for (const LinearParams& p : std::vector<LinearParams>{
            {1, 8, 3}, {130, 2048, 300}, {131, 3000, 77}, {1024, 8192, 8192}}) {
@@ -520,16 +521,24 @@ TEST(LinearWorkspaceTest, Tf32x3HoldsTheSplitInputAndTheSlicePartials) {
       const size_t needed = static_cast<size_t>(p.batch * 2 * p.in_features +
                                                 used * p.batch * p.out_features) *
                             sizeof(float);
-      EXPECT_GE(LinearWorkspaceBytes(p, Forced(LinearAlgorithm::kTf32x3, slices)), needed);
-      EXPECT_GE(LinearWorkspaceBytes(p, Forced(LinearAlgorithm::kAuto, slices)), needed);
+      const MathMode fp32 = MathMode::kFp32;
+      EXPECT_GE(LinearWorkspaceBytes(p, fp32, Forced(LinearAlgorithm::kTf32x3, slices)), needed);
+      EXPECT_GE(LinearWorkspaceBytes(p, fp32, Forced(LinearAlgorithm::kAuto, slices)), needed);
     }
   }
 }
 
+// kTf32 never runs kTf32x3, so kAuto reserves nothing there.
+TEST(LinearWorkspaceTest, Tf32ModeNeedsNone) {
+  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{1024, 8192, 8192}, MathMode::kTf32), 0u);
+  EXPECT_GT(LinearWorkspaceBytes(LinearParams{1024, 8192, 8192}, MathMode::kFp32), 0u);
+}
+
 TEST(LinearWorkspaceTest, InvalidSizesNeedNone) {
-  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{0, 8192, 8192}, Forced(LinearAlgorithm::kTf32x3)),
+  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{0, 8192, 8192}, MathMode::kFp32,
+                                 Forced(LinearAlgorithm::kTf32x3)),
             0u);
-  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{130, 8192, 0}), 0u);
+  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{130, 8192, 0}, MathMode::kFp32), 0u);
 }
 
 // Row o of the prepared weight is [small(W[o]) | big(W[o])]: big a TF32
