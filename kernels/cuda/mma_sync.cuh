@@ -1,42 +1,17 @@
 #pragma once
 
 // Device helpers shared by the tensor-core kernels (the transposed
-// convolution's general and tiled implicit GEMMs): cp.async copies into
-// shared memory, TF32 rounding and the mma.sync m16n8k8 TF32 instruction
-// (sm_80+, also on Hopper).
+// convolution's general and tiled implicit GEMMs): TF32 rounding and the
+// mma.sync m16n8k8 TF32 instruction (sm_80+, also on Hopper). The cp.async
+// copies they stage operands with are in cp_async.cuh.
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/cp_async.cuh"
+
 namespace fuseserve::cuda {
-
-// 16-byte cp.async, global -> shared, bypassing L1. With valid false it
-// reads nothing and writes zeros (src-size 0).
-__device__ __forceinline__ void CpAsync16(float* shared, const float* global, bool valid = true) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// 4-byte cp.async (for rows that are not 16-byte aligned); zeros when !valid.
-__device__ __forceinline__ void CpAsync4(float* shared, const float* global, bool valid) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// Waits until at most kPending of this thread's committed groups are in flight.
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // Round to nearest TF32 (ties away from zero), as bits for an MMA operand.
 __device__ __forceinline__ uint32_t Tf32Bits(float value) {

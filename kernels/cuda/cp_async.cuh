@@ -1,0 +1,37 @@
+#pragma once
+
+// cp.async (sm_80+): asynchronous global -> shared copies that bypass the
+// registers, with per-thread commit groups.
+
+#include <cuda_runtime.h>
+
+namespace fuseserve::cuda {
+
+// 16-byte cp.async, global -> shared, bypassing L1. With valid false it
+// reads nothing and writes zeros (src-size 0).
+__device__ __forceinline__ void CpAsync16(float* shared, const float* global, bool valid = true) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+// 4-byte cp.async (for rows that are not 16-byte aligned); zeros when !valid.
+__device__ __forceinline__ void CpAsync4(float* shared, const float* global, bool valid) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most kPending of this thread's committed groups are in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace fuseserve::cuda
