@@ -137,8 +137,10 @@ absl::Status GroupNorm(const GroupNormParams& p, const float* input, const float
       }
       const int64_t group_offset = group_instance * group_size;
       const double shifted_mean = sum / static_cast<double>(group_size);
-      const double var =
-          std::max(0.0, sum_sq / static_cast<double>(group_size) - shifted_mean * shifted_mean);
+      // Rounding can make the difference slightly negative: clamp it, but let
+      // a NaN (from an Inf or NaN input) through, as PyTorch does.
+      const double raw_var = sum_sq / static_cast<double>(group_size) - shifted_mean * shifted_mean;
+      const double var = raw_var < 0.0 ? 0.0 : raw_var;
       const double mean = shifts[group_instance] + shifted_mean;
       const double rstd = 1.0 / std::sqrt(var + p.eps);
 

@@ -73,6 +73,13 @@ __device__ __forceinline__ float Prologue(float x) {
   }
 }
 
+// E[x^2] - E[x]^2 can round slightly below 0: clamp it, but let a NaN (from
+// an Inf or NaN input) through to the group's output, as PyTorch does
+// (fmax would turn it into 0 and the Infs into Infs).
+__device__ __forceinline__ double ClampVariance(double variance) {
+  return variance < 0.0 ? 0.0 : variance;
+}
+
 __device__ __forceinline__ float LoadOr(const float* values, int64_t index, float fallback) {
   return values == nullptr ? fallback : __ldg(values + index);
 }
@@ -157,7 +164,7 @@ __global__ void __launch_bounds__(kStatsThreads)
   if (lane == 0) {
     const double count = static_cast<double>(group_size);
     const double shifted_mean = sum / count;
-    const double variance = fmax(sum_squares / count - shifted_mean * shifted_mean, 0.0);
+    const double variance = ClampVariance(sum_squares / count - shifted_mean * shifted_mean);
     const double shift = static_cast<double>(Prologue<kGelu>(__ldg(input + group * group_size)));
     stats[group] = PackStats(shift + shifted_mean, variance, eps);
   }
@@ -195,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       const double count = static_cast<double>(group_size);
       const double mean = source.sums[2 * group] / count;
-      const double variance = fmax(source.sums[2 * group + 1] / count - mean * mean, 0.0);
+      const double variance = ClampVariance(source.sums[2 * group + 1] / count - mean * mean);
       group_stats = PackStats(mean, variance, eps);
     }
   }

@@ -63,6 +63,8 @@ case "${1:-tests}" in
   tests)
     kernel_tests
     step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
+    step reliability env FUSESERVE_BINARY=$BIN/fuseserve \
+      FUSESERVE_INFER_CHILD=$BIN/reliability_infer_child "$BIN/reliability_test"
     python_suites
     ;;
   python)

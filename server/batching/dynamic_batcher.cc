@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace fuseserve {
@@ -29,6 +30,11 @@ absl::StatusOr<absl::Duration> MicrosecondsField(uint64_t value, const char* fie
 // "request" or "request 'id'", for messages.
 std::string RequestLabel(const InferenceRequest& request) {
   return request.id.empty() ? std::string("request") : absl::StrCat("request '", request.id, "'");
+}
+
+absl::Status NoHealthyInstance(const InferenceRequest& request) {
+  return absl::UnavailableError(
+      absl::StrCat(RequestLabel(request), " cannot run: every instance of the model is unhealthy"));
 }
 
 // Whether two batching requests may share a batch: equal shapes except in
@@ -109,7 +115,8 @@ class DynamicBatcher::Impl {
         batching_(options_.dynamic_batching && options_.max_batch_size > 0),
         instances_(std::move(instances)),
         clock_(clock),
-        metrics_(metrics) {
+        metrics_(metrics),
+        serving_instances_(static_cast<int64_t>(instances_.size())) {
     absl::MutexLock lock(&join_mu_);
     for (const std::unique_ptr<Instance>& instance : instances_) {
       workers_.emplace_back([this, raw = instance.get()] { WorkerLoop(raw); });
@@ -196,6 +203,11 @@ class DynamicBatcher::Impl {
     if (metrics_ != nullptr && delta != 0) metrics_->AddPending(delta);
   }
 
+  // Takes an instance that became unhealthy out of service. When it was the
+  // last one, moves every queued request into `dropped` (UNAVAILABLE).
+  void RetireLocked(const Instance& instance, std::vector<Answer>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   void WorkerLoop(Instance* instance) ABSL_LOCKS_EXCLUDED(mu_);
   void ReaperLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -227,6 +239,9 @@ class DynamicBatcher::Impl {
   // batch to form; the other idle workers wait for the role. This keeps an
   // arrival from waking every idle worker.
   bool has_leader_ ABSL_GUARDED_BY(mu_) = false;
+  // Instances still taking batches: an instance that reports unhealthy after
+  // a batch is retired (a sticky device error would fail every later batch).
+  int64_t serving_instances_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // While stopping: requests still queued at this time are answered UNAVAILABLE.
@@ -395,19 +410,36 @@ void DynamicBatcher::Impl::WorkerLoop(Instance* instance) {
   Batch batch;
   std::vector<Answer> dropped;
   mu_.Lock();
-  while (true) {
+  while (instance->healthy()) {
     clock_->AwaitWithDeadline(&mu_, absl::Condition(this, &Impl::NoLeader), absl::InfiniteFuture());
     has_leader_ = true;
     const bool run = LeadLocked(&batch, &dropped);
     has_leader_ = false;
-    if (!run) break;
+    if (!run) {
+      mu_.Unlock();
+      return;
+    }
     mu_.Unlock();
     AnswerAll(&dropped);
     Run(instance, batch);
     batch.clear();
     mu_.Lock();
   }
+  RetireLocked(*instance, &dropped);
   mu_.Unlock();
+  AnswerAll(&dropped);
+}
+
+void DynamicBatcher::Impl::RetireLocked(const Instance& instance, std::vector<Answer>* dropped) {
+  --serving_instances_;
+  FS_LOG(ERROR) << "instance " << instance.name() << " is unhealthy and takes no more batches ("
+                << serving_instances_ << " healthy instance(s) left)";
+  if (serving_instances_ > 0) return;
+  for (Entry& entry : queue_) {
+    absl::Status status = NoHealthyInstance(*entry.request);
+    dropped->push_back(Answer{std::move(entry.request), std::move(status)});
+  }
+  EraseTakenLocked();
 }
 
 void DynamicBatcher::Impl::Run(Instance* instance, Batch& batch) {
@@ -483,6 +515,8 @@ void DynamicBatcher::Impl::Enqueue(std::unique_ptr<InferenceRequest> request) {
       rejection = absl::UnavailableError("model is shutting down");
     } else if (instances_.empty()) {
       rejection = absl::UnavailableError("model has no execution instances");
+    } else if (serving_instances_ == 0) {
+      rejection = NoHealthyInstance(*entry.request);
     } else if (options_.max_queue_size > 0 &&
                static_cast<int64_t>(queue_.size()) >= options_.max_queue_size) {
       rejection = absl::UnavailableError(

@@ -11,8 +11,11 @@
 // shape that does not fit. Requests that expire (timeout or deadline) or are
 // cancelled before they start are answered here and never executed; a
 // dedicated thread notices expiry on time even while every instance is busy.
-// With batching off every request runs alone. Every request handed to
-// Enqueue is answered exactly once.
+// With batching off every request runs alone. An instance that reports
+// unhealthy after a batch takes no more batches (a sticky device error would
+// fail them all); the other instances serve the queue, and once none is left
+// every queued and every new request is answered UNAVAILABLE. Every request
+// handed to Enqueue is answered exactly once.
 
 #include <cstdint>
 #include <memory>
@@ -79,12 +82,14 @@ class DynamicBatcher {
   // Takes the request and sets its `enqueued` timestamp. Answers it at once
   // (on the calling thread) with UNAVAILABLE when the queue is full ("...
   // exceeds maximum queue size of N"), the batcher is shutting down ("model
-  // is shutting down") or it has no instances, and with INVALID_ARGUMENT
-  // when its batch size exceeds max_batch_size. Otherwise it is answered by an instance (its batch's
-  // `exec_start` set when dispatched) or, without executing, with
+  // is shutting down") or it has no healthy instance, and with
+  // INVALID_ARGUMENT when its batch size exceeds max_batch_size. Otherwise it
+  // is answered by an instance (its batch's `exec_start` set when
+  // dispatched) or, without executing, with
   // DEADLINE_EXCEEDED once min(request->deadline, enqueued + queue timeout)
   // passes, CANCELLED once is_cancelled() returns true, or UNAVAILABLE if it
-  // is still queued at the shutdown deadline. The queue timeout is the
+  // is still queued at the shutdown deadline or when the last healthy
+  // instance is retired. The queue timeout is the
   // policy's default_timeout (shortened by requested_timeout when
   // allow_timeout_override), else requested_timeout. Expiry is noticed on
   // time even while every instance is busy. `is_cancelled` is called with the

@@ -36,10 +36,12 @@ absl::Status CheckShape(const ModelInferRequest::InferInputTensor& tensor,
                                 " of rank ", shape->size(), ", model expects rank ",
                                 expected.size(), " ", ShapeToString(expected)));
   }
+  const bool batching = config.max_batch_size() > 0;
   for (size_t i = 0; i < shape->size(); ++i) {
     if ((*shape)[i] <= 0) {
       return Invalid(absl::StrCat("input \"", name, "\" has shape ", ShapeToString(*shape),
-                                  ": dimension ", i, " must be positive"));
+                                  ": dimension ", i, batching && i == 0 ? " (the batch size)" : "",
+                                  " must be positive"));
     }
     if (expected[i] != -1 && (*shape)[i] != expected[i]) {
       return Invalid(absl::StrCat("input \"", name, "\" has shape ", ShapeToString(*shape),
@@ -48,12 +50,16 @@ absl::Status CheckShape(const ModelInferRequest::InferInputTensor& tensor,
                                   expected[i], ")"));
     }
   }
-  if (config.max_batch_size() > 0 && (*shape)[0] > config.max_batch_size()) {
+  if (batching && (*shape)[0] > config.max_batch_size()) {
     return Invalid(absl::StrCat("input \"", name, "\" has batch size ", (*shape)[0],
                                 ", which exceeds the model's max_batch_size of ",
                                 config.max_batch_size()));
   }
-  return CheckedNumElements(*shape).status();
+  if (!CheckedNumElements(*shape).ok()) {
+    return Invalid(absl::StrCat("input \"", name, "\" has shape ", ShapeToString(*shape),
+                                ", which has more than INT64_MAX elements"));
+  }
+  return absl::OkStatus();
 }
 
 // Names the typed field carrying data of a type other than FP32, if any.
@@ -215,6 +221,13 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
     if (requested.parameters().contains("shared_memory_region")) {
       return Invalid(absl::StrCat("output \"", output_name,
                                   "\" uses shared memory, which this server does not support"));
+    }
+    // Triton's classification extension would answer top-k labels instead of
+    // the tensor; answering the tensor would silently change the meaning.
+    if (requested.parameters().contains("classification")) {
+      return Invalid(absl::StrCat("output \"", output_name,
+                                  "\" asks for classification, which this server does not "
+                                  "support"));
     }
   }
   RETURN_IF_ERROR(DecodeParameters(request, config.name(), &decoded));

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/families.h"
@@ -36,12 +37,19 @@ absl::StatusOr<cuda::DeviceBuffer> Upload(const std::vector<float>& host) {
 
 // Scratch space that grows to the largest size asked for. It is sized at the
 // first batch of each new largest shape; with fixed config dims that is the
-// first batch of max_batch_size, so steady state allocates nothing.
+// first batch of max_batch_size, so steady state allocates nothing. A size
+// that does not fit is ResourceExhausted, not a device fault: the instance
+// stays healthy for the sizes that do.
 class Scratch {
  public:
   absl::StatusOr<void*> Get(size_t bytes) {
     if (bytes > buffer_.bytes()) {
-      ASSIGN_OR_RETURN(buffer_, cuda::DeviceBuffer::Allocate(bytes));
+      absl::StatusOr<cuda::DeviceBuffer> buffer = cuda::DeviceBuffer::Allocate(bytes);
+      if (!buffer.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            bytes, " bytes of device scratch space do not fit: ", buffer.status().message()));
+      }
+      buffer_ = *std::move(buffer);
     }
     return buffer_.data();
   }

@@ -66,20 +66,32 @@ class GpuInstance final : public Instance {
   bool healthy() const override { return healthy_.load(); }
 
   // Allocates buffers for `input_shape` (and its output) if they are larger
-  // than those held.
+  // than those held. ResourceExhausted, naming the sizes, when they cannot be
+  // allocated: memory that is not available for one size is no device fault,
+  // so the instance stays healthy (and a request too large for the device
+  // cannot take the model out of service).
   absl::Status Reserve(const Shape& input_shape) {
     ASSIGN_OR_RETURN(const Shape output_shape, options_.model->OutputShape(input_shape));
     const size_t in_bytes = NumElements(input_shape) * sizeof(float);
     const size_t out_bytes = NumElements(output_shape) * sizeof(float);
-    if (in_bytes > device_input_.bytes()) {
-      ASSIGN_OR_RETURN(device_input_, cuda::DeviceBuffer::Allocate(in_bytes));
-      ASSIGN_OR_RETURN(pinned_input_, cuda::PinnedBuffer::Allocate(in_bytes));
-    }
-    if (out_bytes > device_output_.bytes()) {
-      ASSIGN_OR_RETURN(device_output_, cuda::DeviceBuffer::Allocate(out_bytes));
-      ASSIGN_OR_RETURN(pinned_output_, cuda::PinnedBuffer::Allocate(out_bytes));
-    }
-    return absl::OkStatus();
+    // Both buffers of a pair are checked: after a failed allocation one of
+    // them may be larger than the other.
+    const absl::Status allocated = [&]() -> absl::Status {
+      if (in_bytes > device_input_.bytes() || in_bytes > pinned_input_.bytes()) {
+        ASSIGN_OR_RETURN(device_input_, cuda::DeviceBuffer::Allocate(in_bytes));
+        ASSIGN_OR_RETURN(pinned_input_, cuda::PinnedBuffer::Allocate(in_bytes));
+      }
+      if (out_bytes > device_output_.bytes() || out_bytes > pinned_output_.bytes()) {
+        ASSIGN_OR_RETURN(device_output_, cuda::DeviceBuffer::Allocate(out_bytes));
+        ASSIGN_OR_RETURN(pinned_output_, cuda::PinnedBuffer::Allocate(out_bytes));
+      }
+      return absl::OkStatus();
+    }();
+    if (allocated.ok()) return allocated;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the buffers for input shape ", ShapeToString(input_shape), " (", in_bytes + out_bytes,
+        " bytes of device memory and as much pinned host memory) do not fit on GPU ",
+        options_.device, ": ", allocated.message()));
   }
 
   void Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {

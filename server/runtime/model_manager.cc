@@ -1,21 +1,106 @@
 #include "server/runtime/model_manager.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "server/models/model_factory.h"
+#include "server/models/parameters.h"
 #include "server/repository/model_config_loader.h"
 #include "server/repository/model_repository.h"
 #include "server/repository/safetensors.h"
+#include "server/runtime/batch_io.h"
 #include "server/runtime/cpu_instance.h"
 #include "server/runtime/gpu_instance.h"
 
 namespace fuseserve {
 namespace {
+
+// Test-only config parameters for fuseserve's own fault and overload tests
+// (tests/e2e/reliability). A model whose config has one fails its load unless
+// the server runs with FUSESERVE_ENABLE_TEST_PARAMETERS=1 in its environment,
+// so that no production config can turn them on by accident.
+constexpr char kEnableTestParametersVariable[] = "FUSESERVE_ENABLE_TEST_PARAMETERS";
+// "N": the model's first instance fails its N-th batch (1-based) and every
+// later one as a sticky device error would: INTERNAL for each request of the
+// batch, and the instance reports itself unhealthy.
+constexpr char kTestFailBatch[] = "fuseserve_test_fail_batch";
+// Microseconds: every batch on every instance takes at least this long, so
+// that queueing tests do not depend on the speed of the device.
+constexpr char kTestExecutionDelay[] = "fuseserve_test_execution_delay_us";
+
+struct TestFaults {
+  int64_t fail_batch = 0;  // 0 = never
+  absl::Duration execution_delay = absl::ZeroDuration();
+
+  bool any() const { return fail_batch > 0 || execution_delay > absl::ZeroDuration(); }
+};
+
+// Reads the test-only parameters and removes them from `config` (the model
+// families reject keys they do not know).
+absl::StatusOr<TestFaults> TakeTestFaults(inference::ModelConfig* config) {
+  const char* variable = std::getenv(kEnableTestParametersVariable);
+  const bool enabled = variable != nullptr && std::string(variable) == "1";
+  for (const char* key : {kTestFailBatch, kTestExecutionDelay}) {
+    if (!enabled && config->parameters().count(key) > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter \"", key,
+                       "\" is a test-only fault injection; it is accepted only when the "
+                       "server runs with ",
+                       kEnableTestParametersVariable, "=1"));
+    }
+  }
+  const ModelParameters parameters(*config);
+  TestFaults faults;
+  ASSIGN_OR_RETURN(faults.fail_batch, parameters.OptionalInt(kTestFailBatch, 1, 0));
+  ASSIGN_OR_RETURN(const int64_t delay_us, parameters.OptionalInt(kTestExecutionDelay, 0, 0));
+  faults.execution_delay = absl::Microseconds(delay_us);
+  config->mutable_parameters()->erase(kTestFailBatch);
+  config->mutable_parameters()->erase(kTestExecutionDelay);
+  return faults;
+}
+
+// Wraps an instance with the faults of TestFaults (see the parameters above).
+class FaultInjectingInstance final : public Instance {
+ public:
+  FaultInjectingInstance(std::unique_ptr<Instance> instance, int64_t fail_batch,
+                         absl::Duration execution_delay)
+      : instance_(std::move(instance)),
+        fail_batch_(fail_batch),
+        execution_delay_(execution_delay) {}
+
+  const std::string& name() const override { return instance_->name(); }
+  bool healthy() const override { return !failed_.load() && instance_->healthy(); }
+
+  void Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
+    absl::SleepFor(execution_delay_);
+    ++batches_;
+    if (fail_batch_ > 0 && batches_ >= fail_batch_) {
+      failed_.store(true);
+      FS_LOG(ERROR) << "instance " << name() << " is unhealthy: injected device error ("
+                    << kTestFailBatch << ")";
+      CompleteBatch(batch, absl::InternalError(
+                               absl::StrCat("instance ", name(), " failed: injected device error (",
+                                            kTestFailBatch, " ", fail_batch_, ")")));
+      return;
+    }
+    instance_->Execute(batch);
+  }
+
+ private:
+  const std::unique_ptr<Instance> instance_;
+  const int64_t fail_batch_;
+  const absl::Duration execution_delay_;
+  int64_t batches_ = 0;  // only the batcher thread of this instance touches it
+  std::atomic<bool> failed_{false};
+};
 
 // Where one instance runs: the CPU, or a CUDA device.
 struct Placement {
@@ -154,9 +239,15 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
     record->shutting_down_ = &shutting_down_;
 
     absl::Status status = [&]() -> absl::Status {
+      inference::ModelConfig family_config = *config;
+      ASSIGN_OR_RETURN(const TestFaults faults, TakeTestFaults(&family_config));
+      if (faults.any()) {
+        FS_LOG(WARNING) << "model " << name << " injects faults (test-only parameters "
+                        << kTestFailBatch << " / " << kTestExecutionDelay << ")";
+      }
       ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> weights,
                        SafetensorsFile::Open(version.weights_path));
-      ASSIGN_OR_RETURN(record->model_, CreateModel(*config, *weights));
+      ASSIGN_OR_RETURN(record->model_, CreateModel(family_config, *weights));
       ASSIGN_OR_RETURN(BatcherOptions batcher_options, BatcherOptionsFromConfig(*config));
       ASSIGN_OR_RETURN(const std::vector<Placement> placements, PlaceInstances(*config));
       const std::string version_string = record->version_string();
@@ -180,6 +271,12 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
         gpu.max_input_shape = MaxInputShape(*config);
         ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateGpuInstance(gpu));
         instances.push_back(std::move(instance));
+      }
+      if (faults.any()) {
+        for (size_t i = 0; i < instances.size(); ++i) {
+          instances[i] = std::make_unique<FaultInjectingInstance>(
+              std::move(instances[i]), i == 0 ? faults.fail_batch : 0, faults.execution_delay);
+        }
       }
       const int instance_count = static_cast<int>(instances.size());
       (*record->config_.mutable_parameters())["precision"].set_string_value(
@@ -218,10 +315,12 @@ absl::StatusOr<const ModelVersionRecord*> ModelManager::Find(const std::string& 
     }
     return versions.rbegin()->second.get();
   }
+  // As Triton: a version that is not a number is a malformed request; a
+  // number that names no version (0 included) is not found.
   int64_t number = 0;
-  if (!absl::SimpleAtoi(version, &number) || number <= 0) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown version \"", version, "\" of model \"", name, "\""));
+  if (!absl::SimpleAtoi(version, &number) || number < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("version \"", version, "\" of model \"", name,
+                                                   "\" is not a version number (an integer > 0)"));
   }
   auto it = versions.find(number);
   if (it == versions.end()) {

@@ -4,7 +4,9 @@
 // model failing does not stop the others), resolves (name, version) for the
 // front ends, and drains them at shutdown. A loaded version is its config,
 // its Model (family bound to weights), its instances behind one
-// DynamicBatcher, and its metrics.
+// DynamicBatcher, and its metrics. Two config parameters exist for
+// fuseserve's own tests only (fault injection, see model_manager.cc); a model
+// using them fails its load unless FUSESERVE_ENABLE_TEST_PARAMETERS=1 is set.
 
 #include <cstdint>
 #include <map>
@@ -81,8 +83,9 @@ class ModelManager {
   ~ModelManager();
 
   // The version to serve: `version` empty = the highest loaded version.
-  // NotFound for an unknown model or version; Unavailable when the version
-  // exists but is not ready (message gives the reason).
+  // NotFound for an unknown model or version; InvalidArgument for a version
+  // that is not a non-negative integer; Unavailable when the version exists
+  // but is not ready (message gives the reason).
   absl::StatusOr<const ModelVersionRecord*> FindReady(const std::string& name,
                                                       const std::string& version) const;
 

@@ -37,6 +37,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
+using testing::MetricValue;
 using testing::ServerProcess;
 
 constexpr char kConv[] = "convtranspose_gelu_groupnorm";
@@ -94,27 +95,6 @@ inference::ModelInferRequest MakeRequest(const std::string& model, const Shape& 
   request.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values.data()),
                                              values.size() * sizeof(float)));
   return request;
-}
-
-// The value of the sample `name{labels}` in a Prometheus text exposition,
-// whatever the label order; -1 if absent.
-double MetricValue(const std::string& text, const std::string& name,
-                   const std::map<std::string, std::string>& labels) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!absl::StartsWith(line, name + "{")) continue;
-    const size_t close = line.find('}');
-    const absl::string_view label_text = line.substr(name.size() + 1, close - name.size() - 1);
-    std::map<std::string, std::string> found;
-    for (absl::string_view pair : absl::StrSplit(label_text, ',', absl::SkipEmpty())) {
-      std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
-      if (kv.size() != 2 || kv[1].size() < 2) continue;
-      found[kv[0]] = kv[1].substr(1, kv[1].size() - 2);  // drop the quotes
-    }
-    if (found != labels) continue;
-    double value = 0;
-    if (absl::SimpleAtod(line.substr(close + 1), &value)) return value;
-  }
-  return -1;
 }
 
 class ServerE2eTest : public ::testing::Test {

@@ -11,7 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace fuseserve::testing {
@@ -112,5 +117,39 @@ absl::StatusOr<int> ServerProcess::Terminate(absl::Duration timeout) {
 }
 
 std::string ServerProcess::Log() const { return ReadFile(directory_ + "/server.log"); }
+
+absl::StatusOr<int64_t> ServerProcess::ResidentBytes() const {
+  if (pid_ <= 0) return absl::FailedPreconditionError("server is not running");
+  const std::string status = ReadFile(absl::StrCat("/proc/", pid_, "/status"));
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    // "VmRSS:     123456 kB"
+    if (!absl::ConsumePrefix(&line, "VmRSS:")) continue;
+    int64_t kilobytes = 0;
+    if (!absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line), " kB"), &kilobytes)) {
+      return absl::InternalError(absl::StrCat("cannot parse VmRSS line \"", line, "\""));
+    }
+    return kilobytes * 1024;
+  }
+  return absl::InternalError(absl::StrCat("no VmRSS in /proc/", pid_, "/status"));
+}
+
+double MetricValue(const std::string& text, const std::string& name,
+                   const std::map<std::string, std::string>& labels) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::StartsWith(line, name + "{")) continue;
+    const size_t close = line.find('}');
+    const absl::string_view label_text = line.substr(name.size() + 1, close - name.size() - 1);
+    std::map<std::string, std::string> found;
+    for (absl::string_view pair : absl::StrSplit(label_text, ',', absl::SkipEmpty())) {
+      std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+      if (kv.size() != 2 || kv[1].size() < 2) continue;
+      found[kv[0]] = kv[1].substr(1, kv[1].size() - 2);  // drop the quotes
+    }
+    if (found != labels) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line.substr(close + 1), &value)) return value;
+  }
+  return -1;
+}
 
 }  // namespace fuseserve::testing

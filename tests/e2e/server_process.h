@@ -6,6 +6,9 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,8 @@ class ServerProcess {
 
   ~ServerProcess();  // SIGKILL if still running
 
+  // The server's process id (-1 once it has exited).
+  pid_t pid() const { return pid_; }
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_port_; }
   std::string grpc_target() const;
@@ -37,6 +42,9 @@ class ServerProcess {
   // Everything the server wrote to stderr so far.
   std::string Log() const;
 
+  // The server's resident set size (VmRSS of /proc/<pid>/status), in bytes.
+  absl::StatusOr<int64_t> ResidentBytes() const;
+
  private:
   ServerProcess() = default;
 
@@ -45,5 +53,10 @@ class ServerProcess {
   int metrics_port_ = 0;
   std::string directory_;  // port file and log
 };
+
+// The value of the sample `name{labels}` in a Prometheus text exposition,
+// whatever the label order; -1 if absent.
+double MetricValue(const std::string& text, const std::string& name,
+                   const std::map<std::string, std::string>& labels);
 
 }  // namespace fuseserve::testing

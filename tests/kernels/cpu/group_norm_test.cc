@@ -1,5 +1,6 @@
 #include "kernels/cpu/group_norm.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -131,6 +132,26 @@ TEST(GroupNormTest, ConstantGroupNormalizesToBias) {
       cpu::GroupNorm(p, input.data(), weight.data(), bias.data(), output.data(), pool).ok());
   for (size_t i = 0; i < output.size(); ++i) {
     EXPECT_FLOAT_EQ(output[i], bias[(i / 3) % 4]) << i;
+  }
+}
+
+// PyTorch: an Inf or NaN anywhere in a group makes the whole group NaN (its
+// variance is NaN); the other groups are untouched.
+TEST(GroupNormTest, NonFiniteValueMakesItsWholeGroupNan) {
+  for (const float bad : {std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    std::vector<float> input = reference::RandomNormal(2 * 4 * 9, 41);
+    input[9 * 4 + 5] = bad;  // sample 1, channel 0: group 2 of 4
+    std::vector<float> output(input.size());
+    ThreadPool pool(2);
+    cpu::GroupNormParams p{2, 4, 9, 2, 1e-5, GroupNormPrologue::kNone};
+    ASSERT_TRUE(cpu::GroupNorm(p, input.data(), nullptr, nullptr, output.data(), pool).ok());
+    for (size_t i = 0; i < output.size(); ++i) {
+      const bool in_bad_group = i / 18 == 2;
+      EXPECT_EQ(std::isnan(output[i]), in_bad_group) << i << ": " << output[i];
+    }
   }
 }
 

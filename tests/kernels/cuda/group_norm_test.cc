@@ -2,9 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -139,6 +141,32 @@ class CudaGroupNormTest : public GpuStreamTest {
     return ToHost(output, static_cast<int64_t>(input.size()));
   }
 
+  // GroupNormApply in place on `input`, from (sum, sum of squares) pairs
+  // computed here in double, as a producer kernel would accumulate them.
+  std::vector<float> RunApply(const Case& c, const std::vector<float>& input,
+                              const std::vector<float>& weight, const std::vector<float>& bias) {
+    const int64_t group_size = c.channels / c.num_groups * c.spatial_size();
+    std::vector<double> sums(2 * c.batch * c.num_groups, 0.0);
+    for (int64_t i = 0; i < c.count(); ++i) {
+      sums[2 * (i / group_size)] += input[i];
+      sums[2 * (i / group_size) + 1] += static_cast<double>(input[i]) * input[i];
+    }
+    DeviceBuffer data = ToDevice(input);
+    DeviceBuffer w = ToDevice(weight);
+    DeviceBuffer b = ToDevice(bias);
+    auto device_sums = DeviceBuffer::Allocate(sums.size() * sizeof(double));
+    EXPECT_TRUE(device_sums.ok()) << device_sums.status();
+    if (!device_sums.ok()) return {};
+    EXPECT_EQ(
+        cudaMemcpy(device_sums->data(), sums.data(), device_sums->bytes(), cudaMemcpyHostToDevice),
+        cudaSuccess);
+    const absl::Status status = GroupNormApply(c.params(), device_sums->as<double>(), w.as<float>(),
+                                               b.as<float>(), data.as<float>(), stream_.get());
+    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_TRUE(stream_.Synchronize().ok());
+    return ToHost(data.as<float>(), c.count());
+  }
+
   void ExpectMatchesReference(const Case& c, GroupNormPrologue prologue, bool normal_input,
                               uint64_t seed) {
     SCOPED_TRACE(absl::StrCat(c.ToString(), normal_input ? " N(0,1)" : " U[0,1)",
@@ -206,6 +234,30 @@ TEST_F(CudaGroupNormTest, HandlesPointersThatAreNotSixteenByteAligned) {
   EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
 }
 
+// PyTorch: an Inf or NaN anywhere in a group makes the whole group NaN (its
+// variance is NaN); the other groups are untouched. Both the statistics
+// kernel and the apply-only path (from a producer's sums).
+TEST_F(CudaGroupNormTest, NonFiniteValueMakesItsWholeGroupNan) {
+  const Case c{2, 8, {4, 4}, 2};  // groups of 64 elements
+  for (const float bad : {std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(bad);
+    std::vector<float> input = reference::RandomNormal(c.count(), 45);
+    input[2 * 64 + 7] = bad;  // group 2 of 4
+    const std::vector<float> weight = reference::RandomNormal(c.channels, 46);
+    const std::vector<float> bias = reference::RandomNormal(c.channels, 47);
+    const std::vector<float> output = Run(c.params(), input, weight, bias);
+    for (size_t i = 0; i < output.size(); ++i) {
+      EXPECT_EQ(std::isnan(output[i]), i / 64 == 2) << i << ": " << output[i];
+    }
+    const std::vector<float> applied = RunApply(c, input, weight, bias);
+    for (size_t i = 0; i < applied.size(); ++i) {
+      EXPECT_EQ(std::isnan(applied[i]), i / 64 == 2) << "apply " << i << ": " << applied[i];
+    }
+  }
+}
+
 TEST_F(CudaGroupNormTest, NullAffineParametersMeanWeightOneAndBiasZero) {
   const Case c{2, 6, {5, 5}, 3};
   const std::vector<float> input = reference::RandomNormal(c.count(), 31);
@@ -244,26 +296,8 @@ TEST_F(CudaGroupNormTest, ApplyNormalisesFromHostComputedSums) {
     const std::vector<float> input = reference::RandomUniform(c.count(), seed++);
     const std::vector<float> weight = reference::RandomNormal(c.channels, seed++);
     const std::vector<float> bias = reference::RandomNormal(c.channels, seed++);
-    const int64_t group_size = c.channels / c.num_groups * c.spatial_size();
-    std::vector<double> sums(2 * c.batch * c.num_groups, 0.0);
-    for (int64_t i = 0; i < c.count(); ++i) {
-      sums[2 * (i / group_size)] += input[i];
-      sums[2 * (i / group_size) + 1] += static_cast<double>(input[i]) * input[i];
-    }
-    DeviceBuffer data = ToDevice(input);
-    DeviceBuffer w = ToDevice(weight);
-    DeviceBuffer b = ToDevice(bias);
-    auto device_sums = DeviceBuffer::Allocate(sums.size() * sizeof(double));
-    ASSERT_TRUE(device_sums.ok());
-    ASSERT_EQ(
-        cudaMemcpy(device_sums->data(), sums.data(), device_sums->bytes(), cudaMemcpyHostToDevice),
-        cudaSuccess);
-    const absl::Status status = GroupNormApply(c.params(), device_sums->as<double>(), w.as<float>(),
-                                               b.as<float>(), data.as<float>(), stream_.get());
-    ASSERT_TRUE(status.ok()) << status;
-    ASSERT_TRUE(stream_.Synchronize().ok());
     const ErrorStats error =
-        CompareToReference(ToHost(data.as<float>(), c.count()),
+        CompareToReference(RunApply(c, input, weight, bias),
                            Reference(c, GroupNormPrologue::kNone, input, weight, bias));
     EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
   }

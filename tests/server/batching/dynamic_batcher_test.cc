@@ -584,6 +584,71 @@ TEST_F(DynamicBatcherTest, HealthyWhileEveryInstanceIsHealthy) {
   EXPECT_FALSE(batcher_->healthy());
 }
 
+// The instance that runs the first batch reports unhealthy from then on (as
+// after a sticky device error).
+void FailFirstExecutingInstance(const std::vector<FakeInstance*>& instances) {
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  for (FakeInstance* instance : instances) {
+    instance->set_hook([first, instance] {
+      if (first->exchange(false)) instance->set_healthy(false);
+    });
+  }
+}
+
+TEST_F(DynamicBatcherTest, UnhealthyInstanceTakesNoMoreBatchesAndTheOthersServeTheQueue) {
+  Start(Batching(4, absl::ZeroDuration()), /*instance_count=*/2);
+  FailFirstExecutingInstance(instances_);
+  recorder_.Block();
+  Enqueue("a", {1, 3});
+  ASSERT_TRUE(recorder_.WaitForBatches(1));
+  Enqueue("b", {1, 3});
+  ASSERT_TRUE(recorder_.WaitForBatches(2));  // both instances are busy now
+  Outcome& c = Enqueue("c", {1, 3});
+  Outcome& d = Enqueue("d", {1, 3});
+  recorder_.Release();
+  ASSERT_TRUE(c.WaitForAnswer());
+  ASSERT_TRUE(d.WaitForAnswer());
+  Outcome& e = Enqueue("e", {1, 3});
+  ASSERT_TRUE(e.WaitForAnswer());
+
+  EXPECT_TRUE(c.status.ok()) << c.status;
+  EXPECT_TRUE(d.status.ok()) << d.status;
+  EXPECT_TRUE(e.status.ok()) << e.status;
+  EXPECT_FALSE(batcher_->healthy());
+  const std::vector<std::string> instances = recorder_.instances();
+  ASSERT_EQ(instances.size(), 4u);
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"a"}, Ids{"b"}, Ids{"c", "d"}, Ids{"e"}));
+  EXPECT_NE(instances[0], instances[1]);
+  EXPECT_EQ(instances[2], instances[1]) << "the unhealthy instance ran another batch";
+  EXPECT_EQ(instances[3], instances[1]) << "the unhealthy instance ran another batch";
+}
+
+TEST_F(DynamicBatcherTest, WithoutHealthyInstancesQueuedAndNewRequestsAreUnavailable) {
+  Start(Batching(4, absl::ZeroDuration()));
+  FailFirstExecutingInstance(instances_);
+  recorder_.Block();
+  Outcome& a = Enqueue("a", {1, 3});
+  ASSERT_TRUE(recorder_.WaitForBatches(1));
+  Outcome& b = Enqueue("b", {1, 3});
+  Outcome& c = Enqueue("c", {2, 3});
+  recorder_.Release();
+  ASSERT_TRUE(b.WaitForAnswer());
+  ASSERT_TRUE(c.WaitForAnswer());
+  Outcome& late = Enqueue("late", {1, 3});
+
+  ASSERT_TRUE(a.WaitForAnswer());
+  EXPECT_TRUE(a.status.ok()) << "the batch that was running is answered by its instance";
+  EXPECT_EQ(b.status, absl::UnavailableError(
+                          "request 'b' cannot run: every instance of the model is unhealthy"));
+  EXPECT_EQ(c.status.code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(late.done.HasBeenNotified()) << "rejected at once";
+  EXPECT_EQ(late.status,
+            absl::UnavailableError(
+                "request 'late' cannot run: every instance of the model is unhealthy"));
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"a"}));
+  EXPECT_EQ(batcher_->queued(), 0);
+}
+
 TEST_F(DynamicBatcherTest, AnswersRequestsAnInstanceLeftUnansweredExactlyOnce) {
   Start(Batching(4, absl::Seconds(1)));
   Outcome& forget = Enqueue("forget", {1, 3});

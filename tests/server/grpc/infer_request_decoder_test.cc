@@ -260,7 +260,17 @@ TEST_F(InferRequestDecoderTest, RejectsNonPositiveDimensions) {
 
 TEST_F(InferRequestDecoderTest, RejectsBatchSizeZero) {
   EXPECT_THAT(DecodeError(RequestWithoutData({0, 3, 2})),
-              AllOf(HasSubstr("dimension 0"), HasSubstr("positive")));
+              AllOf(HasSubstr("dimension 0 (the batch size)"), HasSubstr("positive")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsShapeWithMoreThanInt64MaxElementsNamingTheInput) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  inference::ModelInferRequest request = RequestWithoutData({4, 3, kHuge});
+  request.add_raw_input_contents("");
+
+  EXPECT_THAT(DecodeError(request),
+              AllOf(HasSubstr("\"input\""), HasSubstr(absl::StrCat("[4, 3, ", kHuge, "]")),
+                    HasSubstr("more than INT64_MAX elements")));
 }
 
 TEST_F(InferRequestDecoderTest, AcceptsBatchSizeUpToMaxBatchSize) {
@@ -406,6 +416,15 @@ TEST_F(InferRequestDecoderTest, RejectsSharedMemoryOutput) {
   (*output->mutable_parameters())["shared_memory_region"].set_string_param("region0");
 
   EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"output\""), HasSubstr("shared memory")));
+}
+
+TEST_F(InferRequestDecoderTest, RejectsClassificationOutput) {
+  inference::ModelInferRequest request = RawRequest({1, 3, 2});
+  auto* output = request.add_outputs();
+  output->set_name("output");
+  (*output->mutable_parameters())["classification"].set_int64_param(3);
+
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"output\""), HasSubstr("classification")));
 }
 
 TEST_F(InferRequestDecoderTest, ReadsTimeoutParameterInMicroseconds) {

@@ -49,6 +49,59 @@ parameters { key: "num_groups" value: { string_value: "4" } }
                       extra);
 }
 
+std::string TestParameter(const std::string& key, const std::string& value) {
+  return absl::StrCat("parameters { key: \"", key, "\" value: { string_value: \"", value,
+                      "\" } }\n");
+}
+
+// What one request sent through a model's batcher got back.
+struct InferResult {
+  bool answered = false;
+  int answers = 0;
+  absl::Status status = absl::UnknownError("never answered");
+  Shape output_shape;
+  std::vector<float> output;
+};
+
+// Sends `input` as one [1, 8, 2, 3] request through the record's batcher and
+// waits (up to 30 s) for its answer.
+InferResult Infer(const ModelVersionRecord& record, const std::vector<float>& input) {
+  // Shared with the callbacks, which may outlive a wait that timed out.
+  struct State {
+    absl::Mutex mu;
+    InferResult result ABSL_GUARDED_BY(mu);
+    absl::Notification done;
+    std::vector<float> input;
+  };
+  auto state = std::make_shared<State>();
+  state->input = input;
+  auto request = std::make_unique<InferenceRequest>();
+  request->id = "r1";
+  request->input_shape = {1, 8, 2, 3};
+  request->batch_size = 1;
+  request->input = state->input.data();
+  request->allocate_output = [state](const Shape& shape) {
+    absl::MutexLock lock(&state->mu);
+    state->result.output_shape = shape;
+    state->result.output.assign(NumElements(shape), -1.0f);
+    return state->result.output.data();
+  };
+  request->on_complete = [state](const absl::Status& status, const RequestTimestamps&) {
+    {
+      absl::MutexLock lock(&state->mu);
+      state->result.status = status;
+      ++state->result.answers;
+    }
+    state->done.Notify();
+  };
+  record.batcher().Enqueue(std::move(request));
+  const bool answered = state->done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  absl::MutexLock lock(&state->mu);
+  InferResult result = state->result;
+  result.answered = answered;
+  return result;
+}
+
 std::vector<NamedF32Tensor> GroupNormWeights() {
   return {{"gn.weight", {8}, std::vector<float>(8, 1.5f)},
           {"gn.bias", {8}, std::vector<float>(8, 0.25f)}};
@@ -243,11 +296,25 @@ TEST_F(ModelManagerTest, UnknownModelIsNotFound) {
 TEST_F(ModelManagerTest, UnknownVersionIsNotFound) {
   Load();
 
-  for (const char* version : {"2", "0", "-1", "abc", "1.0"}) {
+  for (const char* version : {"2", "0"}) {
     absl::StatusOr<const ModelVersionRecord*> record = manager_->Find(kGroupNormModel, version);
     EXPECT_EQ(record.status().code(), absl::StatusCode::kNotFound) << version;
     EXPECT_EQ(manager_->FindReady(kGroupNormModel, version).status().code(),
               absl::StatusCode::kNotFound)
+        << version;
+  }
+}
+
+TEST_F(ModelManagerTest, VersionThatIsNotANumberIsInvalidArgument) {
+  Load();
+
+  for (const char* version : {"-1", "abc", "1.0"}) {
+    absl::StatusOr<const ModelVersionRecord*> record = manager_->Find(kGroupNormModel, version);
+    EXPECT_EQ(record.status().code(), absl::StatusCode::kInvalidArgument) << version;
+    EXPECT_THAT(record.status().message(),
+                AllOf(HasSubstr(absl::StrCat("\"", version, "\"")), HasSubstr("version number")));
+    EXPECT_EQ(manager_->FindReady(kGroupNormModel, version).status().code(),
+              absl::StatusCode::kInvalidArgument)
         << version;
   }
 }
@@ -364,41 +431,109 @@ TEST_F(ModelManagerTest, LoadedModelAnswersAnInferenceThroughItsBatcher) {
   ASSERT_TRUE(record.ok()) << record.status();
 
   // Constant input per group: GroupNorm maps it to the bias, 0.25.
+  const InferResult result = Infer(**record, std::vector<float>(1 * 8 * 2 * 3, 3.0f));
+
+  ASSERT_TRUE(result.answered);
+  EXPECT_EQ(result.answers, 1);
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_EQ(result.output_shape, (Shape{1, 8, 2, 3}));
+  for (float value : result.output) EXPECT_NEAR(value, 0.25f, 1e-5f);
+}
+
+TEST_F(ModelManagerTest, RefusesTestParametersWithoutTheirEnvironmentVariable) {
+  for (const char* key : {"fuseserve_test_fail_batch", "fuseserve_test_execution_delay_us"}) {
+    WriteFile(absl::StrCat(key, "/config.pbtxt"), GroupNormConfig(key, TestParameter(key, "1")));
+    WriteWeights(absl::StrCat(key, "/1/model.safetensors"), GroupNormWeights());
+  }
+  Load();
+
+  for (const char* key : {"fuseserve_test_fail_batch", "fuseserve_test_execution_delay_us"}) {
+    const ModelVersionRecord* record = MustFind(key, "");
+    ASSERT_NE(record, nullptr);
+    EXPECT_FALSE(record->loaded());
+    EXPECT_THAT(record->reason(), AllOf(HasSubstr(absl::StrCat("\"", key, "\"")),
+                                        HasSubstr("FUSESERVE_ENABLE_TEST_PARAMETERS=1")));
+  }
+}
+
+// With FUSESERVE_ENABLE_TEST_PARAMETERS=1 in the environment for the test.
+class ModelManagerTestParametersTest : public ModelManagerTest {
+ protected:
+  void SetUp() override {
+    ModelManagerTest::SetUp();
+    ASSERT_EQ(::setenv("FUSESERVE_ENABLE_TEST_PARAMETERS", "1", 1), 0);
+  }
+  void TearDown() override {
+    ::unsetenv("FUSESERVE_ENABLE_TEST_PARAMETERS");
+    ModelManagerTest::TearDown();
+  }
+};
+
+TEST_F(ModelManagerTestParametersTest, InjectedDeviceErrorFailsTheBatchAndTheModelIsNotReady) {
+  WriteFile(
+      "faulty/config.pbtxt",
+      GroupNormConfig("faulty", absl::StrCat("instance_group [ { count: 1, kind: KIND_CPU } ]\n",
+                                             TestParameter("fuseserve_test_fail_batch", "2"))));
+  WriteWeights("faulty/1/model.safetensors", GroupNormWeights());
+  Load();
+  absl::StatusOr<const ModelVersionRecord*> record = manager_->FindReady("faulty", "");
+  ASSERT_TRUE(record.ok()) << record.status();
   const std::vector<float> input(1 * 8 * 2 * 3, 3.0f);
-  absl::Mutex mu;
-  Shape output_shape;
-  std::vector<float> output;
-  absl::Status result = absl::UnknownError("never answered");
-  int answers = 0;
-  absl::Notification done;
-  auto request = std::make_unique<InferenceRequest>();
-  request->id = "r1";
-  request->input_shape = {1, 8, 2, 3};
-  request->batch_size = 1;
-  request->input = input.data();
-  request->allocate_output = [&](const Shape& shape) {
-    absl::MutexLock lock(&mu);
-    output_shape = shape;
-    output.assign(NumElements(shape), -1.0f);
-    return output.data();
-  };
-  request->on_complete = [&](const absl::Status& status, const RequestTimestamps&) {
-    {
-      absl::MutexLock lock(&mu);
-      result = status;
-      ++answers;
-    }
-    done.Notify();
-  };
 
-  (*record)->batcher().Enqueue(std::move(request));
+  const InferResult first = Infer(**record, input);
+  ASSERT_TRUE(first.answered);
+  EXPECT_TRUE(first.status.ok()) << first.status;
+  EXPECT_TRUE((*record)->ready());
 
-  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(30)));
-  absl::MutexLock lock(&mu);
-  EXPECT_EQ(answers, 1);
-  EXPECT_TRUE(result.ok()) << result;
-  EXPECT_EQ(output_shape, (Shape{1, 8, 2, 3}));
-  for (float value : output) EXPECT_NEAR(value, 0.25f, 1e-5f);
+  const InferResult second = Infer(**record, input);
+  ASSERT_TRUE(second.answered);
+  EXPECT_EQ(second.status.code(), absl::StatusCode::kInternal) << second.status;
+  EXPECT_THAT(second.status.message(),
+              AllOf(HasSubstr("faulty/1 cpu#0"), HasSubstr("injected device error")));
+  EXPECT_FALSE((*record)->ready());
+  EXPECT_THAT((*record)->reason(), HasSubstr("unhealthy"));
+  EXPECT_FALSE(manager_->Ready(/*strict=*/false));
+  absl::StatusOr<const ModelVersionRecord*> unready = manager_->FindReady("faulty", "");
+  EXPECT_EQ(unready.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(unready.status().message(), HasSubstr("unhealthy"));
+
+  // The batcher answers at once instead of running the unhealthy instance.
+  const InferResult third = Infer(**record, input);
+  ASSERT_TRUE(third.answered);
+  EXPECT_EQ(third.status.code(), absl::StatusCode::kUnavailable) << third.status;
+}
+
+TEST_F(ModelManagerTestParametersTest, ExecutionDelayMakesEveryBatchTakeAtLeastThatLong) {
+  WriteFile("slow/config.pbtxt",
+            GroupNormConfig("slow", TestParameter("fuseserve_test_execution_delay_us", "20000")));
+  WriteWeights("slow/1/model.safetensors", GroupNormWeights());
+  Load();
+  absl::StatusOr<const ModelVersionRecord*> record = manager_->FindReady("slow", "");
+  ASSERT_TRUE(record.ok()) << record.status();
+
+  const absl::Time start = absl::Now();
+  const InferResult result = Infer(**record, std::vector<float>(1 * 8 * 2 * 3, 3.0f));
+
+  ASSERT_TRUE(result.answered);
+  EXPECT_TRUE(result.status.ok()) << result.status;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  for (float value : result.output) EXPECT_NEAR(value, 0.25f, 1e-5f);
+}
+
+TEST_F(ModelManagerTestParametersTest, RejectsMalformedTestParameterValues) {
+  WriteFile("bad_fail_batch/config.pbtxt",
+            GroupNormConfig("bad_fail_batch", TestParameter("fuseserve_test_fail_batch", "0")));
+  WriteWeights("bad_fail_batch/1/model.safetensors", GroupNormWeights());
+  WriteFile("bad_delay/config.pbtxt",
+            GroupNormConfig("bad_delay", TestParameter("fuseserve_test_execution_delay_us", "-5")));
+  WriteWeights("bad_delay/1/model.safetensors", GroupNormWeights());
+  Load();
+
+  EXPECT_THAT(MustFind("bad_fail_batch", "")->reason(),
+              HasSubstr("parameter \"fuseserve_test_fail_batch\" must be a positive integer"));
+  EXPECT_THAT(
+      MustFind("bad_delay", "")->reason(),
+      HasSubstr("parameter \"fuseserve_test_execution_delay_us\" must be a non-negative integer"));
 }
 
 }  // namespace
