@@ -1,7 +1,11 @@
 #include "client/client.h"
 
+#include <cerrno>
 #include <climits>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -117,6 +121,26 @@ absl::StatusOr<InferResult> DecodeResponse(const inference::ModelInferResponse& 
   return result;
 }
 
+// The contents of the PEM file `path` that `flag` names. Errors never quote
+// the file: it may be a private key.
+absl::StatusOr<std::string> ReadPemFile(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot open ", path, ": ", std::strerror(errno)));
+  }
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a file"));
+  }
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file"));
+  }
+  return pem;
+}
+
 // One asynchronous call's state, alive until its callback has run.
 struct AsyncCall {
   grpc::ClientContext context;
@@ -127,12 +151,47 @@ struct AsyncCall {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsOptions& tls) {
+  grpc::SslCredentialsOptions ssl;
+  const struct {
+    const char* flag;
+    const std::string& path;
+    std::string* pem;
+  } files[] = {{"--root-certificates", tls.root_certificates, &ssl.pem_root_certs},
+               {"--private-key", tls.private_key, &ssl.pem_private_key},
+               {"--certificate-chain", tls.certificate_chain, &ssl.pem_cert_chain}};
+  if (!tls.ssl) {
+    for (const auto& file : files) {
+      if (!file.path.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(file.flag, " is given but TLS is off (add --ssl)"));
+      }
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (tls.private_key.empty() != tls.certificate_chain.empty()) {
+    return absl::InvalidArgumentError(
+        "--private-key and --certificate-chain go together (the client's key and certificate)");
+  }
+  for (const auto& file : files) {
+    if (file.path.empty()) continue;
+    ASSIGN_OR_RETURN(*file.pem, ReadPemFile(file.flag, file.path));
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 std::unique_ptr<Client> Client::Create(const std::string& target) {
+  return Create(target, grpc::InsecureChannelCredentials());
+}
+
+std::unique_ptr<Client> Client::Create(const std::string& target,
+                                       std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(INT_MAX);
   args.SetMaxReceiveMessageSize(INT_MAX);
   return std::unique_ptr<Client>(
-      new Client(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
+      new Client(grpc::CreateCustomChannel(target, std::move(credentials), args)));
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel)

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "common/shape.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/grpc_service.grpc.pb.h"
 
 namespace fuseserve::client {
@@ -27,6 +28,26 @@ struct Tensor {
   Shape shape;
   std::vector<float> data;
 };
+
+// How a connection is secured, with tritonclient's names (its
+// InferenceServerClient(url, ssl, root_certificates, private_key,
+// certificate_chain)). The strings are paths to PEM files.
+struct TlsOptions {
+  bool ssl = false;
+  // CA certificates that verify the server; empty = gRPC's default roots.
+  std::string root_certificates;
+  // The client's own key and certificate chain, for servers that require
+  // client certificates (mutual TLS); both or neither.
+  std::string private_key;
+  std::string certificate_chain;
+};
+
+// Channel credentials for `tls`: plaintext without `ssl`, else TLS with the
+// files read. InvalidArgument naming the file when one cannot be read, when
+// only one of private_key and certificate_chain is given, or when a file is
+// given without `ssl` (silently sending plaintext would be worse).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsOptions& tls);
 
 struct InferOptions {
   std::string model_version;  // empty = the server's choice
@@ -45,8 +66,11 @@ struct InferResult {
 
 class Client {
  public:
-  // Connects lazily to `target` ("host:port").
+  // Connects lazily to `target` ("host:port"), in plaintext or with
+  // `credentials` (see MakeChannelCredentials).
   static std::unique_ptr<Client> Create(const std::string& target);
+  static std::unique_ptr<Client> Create(const std::string& target,
+                                        std::shared_ptr<grpc::ChannelCredentials> credentials);
 
   // Waits until every AsyncInfer call has finished (its `done` may still be
   // running). Do not destroy a Client from inside a `done` callback.

@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,9 +15,28 @@ namespace {
 // into the gRPC health service, and GPU memory into its gauges.
 constexpr absl::Duration kReadinessPollInterval = absl::Milliseconds(250);
 
+// How the gRPC port is secured, for the start-up log: modes and paths only,
+// never file contents.
+std::string DescribeGrpcSecurity(const GrpcSslOptions& ssl) {
+  if (ssl.use_mutual_auth) {
+    return absl::StrCat("TLS with client certificates verified by ", ssl.root_cert,
+                        " (certificate ", ssl.server_cert, ")");
+  }
+  if (ssl.use_ssl) return absl::StrCat("TLS (certificate ", ssl.server_cert, ")");
+  return "plaintext";
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
+  // TLS files first: a wrong path should not wait for the models to load.
+  ASSIGN_OR_RETURN(std::optional<GrpcTlsCredentials> tls, LoadGrpcTls(options.grpc_ssl));
+  if (!tls.has_value() &&
+      (!options.grpc_ssl.server_cert.empty() || !options.grpc_ssl.server_key.empty() ||
+       !options.grpc_ssl.root_cert.empty())) {
+    FS_LOG(WARNING) << "TLS certificate or key flags are set but --grpc-use-ssl and "
+                       "--grpc-use-ssl-mutual are false: gRPC is served in plaintext";
+  }
   std::unique_ptr<Server> server(new Server());
   server->options_ = options;
   server->metrics_ = MetricsRegistry::Create();
@@ -31,11 +52,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   InferenceServiceOptions service_options;
   service_options.server_version = FUSESERVE_VERSION;
   service_options.strict_readiness = options.strict_readiness;
-  server->service_ = std::make_unique<InferenceService>(
-      std::move(service_options), server->models_.get(), Clock::Real());
-  ASSIGN_OR_RETURN(server->grpc_, GrpcServer::Start(options.grpc_address, options.grpc_port,
-                                                     options.max_request_bytes,
-                                                     server->service_.get()));
+  server->service_ = std::make_unique<InferenceService>(std::move(service_options),
+                                                        server->models_.get(), Clock::Real());
+  GrpcServerOptions grpc_options;
+  grpc_options.address = options.grpc_address;
+  grpc_options.port = options.grpc_port;
+  grpc_options.max_request_bytes = options.max_request_bytes;
+  grpc_options.tls = std::move(tls);
+  ASSIGN_OR_RETURN(server->grpc_, GrpcServer::Start(grpc_options, server->service_.get()));
 
   HttpEndpoints endpoints;
   Server* self = server.get();
@@ -47,17 +71,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     return record->ready();
   };
   endpoints.metrics_text = [self] { return self->metrics_->SerializeText(); };
-  ASSIGN_OR_RETURN(server->http_, HttpServer::Start(options.metrics_address,
-                                                     options.metrics_port, std::move(endpoints)));
+  ASSIGN_OR_RETURN(server->http_, HttpServer::Start(options.metrics_address, options.metrics_port,
+                                                    std::move(endpoints)));
 
   server->models_->RefreshGpuMemoryMetrics(*server->metrics_);
   server->grpc_->SetServing(server->service_->Ready());
   server->started_ = true;
   server->readiness_watcher_ = std::thread([self] { self->WatchReadiness(); });
-  FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port()
-               << ", metrics and health on http://" << options.metrics_address << ":"
-               << server->metrics_port() << " (ready: "
-               << (server->service_->Ready() ? "yes" : "no") << ")";
+  FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port() << " ("
+               << DescribeGrpcSecurity(options.grpc_ssl) << "), metrics and health on http://"
+               << options.metrics_address << ":" << server->metrics_port()
+               << " (ready: " << (server->service_->Ready() ? "yes" : "no") << ")";
   return server;
 }
 

@@ -1,10 +1,17 @@
 #include "server/server_options.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace fuseserve {
 namespace {
@@ -29,7 +36,42 @@ absl::Status ParseBool(const std::string& flag, const std::string& value, bool* 
   return absl::OkStatus();
 }
 
+// The contents of the PEM file `path` that `flag` names. The message never
+// quotes the file: it may be a private key.
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot open ", path, ": ", std::strerror(errno)));
+  }
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", path, " is not a file"));
+  }
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": cannot read ", path));
+  if (!absl::StrContains(pem, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": ", path, " is not a PEM file (no \"-----BEGIN \" line)"));
+  }
+  return pem;
+}
+
 }  // namespace
+
+absl::StatusOr<std::optional<GrpcTlsCredentials>> LoadGrpcTls(const GrpcSslOptions& ssl) {
+  if (!ssl.enabled()) return std::nullopt;
+  GrpcTlsCredentials tls;
+  ASSIGN_OR_RETURN(tls.server_cert_pem, ReadPemFile("grpc-server-cert", ssl.server_cert));
+  ASSIGN_OR_RETURN(tls.server_key_pem, ReadPemFile("grpc-server-key", ssl.server_key));
+  if (!ssl.root_cert.empty()) {
+    // Read, and so checked, even when unused (TLS that is not mutual).
+    ASSIGN_OR_RETURN(std::string root_pem, ReadPemFile("grpc-root-cert", ssl.root_cert));
+    if (ssl.use_mutual_auth) tls.client_ca_pem = std::move(root_pem);
+  }
+  tls.require_client_certificate = ssl.use_mutual_auth;
+  return tls;
+}
 
 std::string ServerUsage() {
   return R"(Usage: fuseserve --model-repository=DIR [options]
@@ -49,6 +91,15 @@ Options:
   --max-request-bytes=N      largest gRPC request accepted, in bytes (default
                              and maximum 2147483647); larger ones get
                              RESOURCE_EXHAUSTED
+  --grpc-use-ssl=BOOL        serve gRPC over TLS (default false); needs
+                             --grpc-server-cert and --grpc-server-key
+  --grpc-use-ssl-mutual=BOOL TLS that also requires a client certificate
+                             signed by --grpc-root-cert (implies
+                             --grpc-use-ssl; default false)
+  --grpc-server-cert=FILE    PEM server certificate (chain)
+  --grpc-server-key=FILE     PEM server private key (never logged)
+  --grpc-root-cert=FILE      PEM CA certificate(s) that verify client
+                             certificates (mutual TLS)
   --strict-readiness=BOOL    ready only if every model in the repository
                              loaded (default false: every model that loaded)
   --port-file=PATH           write {"grpc_port": P, "metrics_port": Q} to PATH
@@ -99,6 +150,16 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
         return absl::InvalidArgumentError(absl::StrCat(
             "--max-request-bytes must be an integer in [1, 2147483647], got \"", value, "\""));
       }
+    } else if (flag == "grpc-use-ssl") {
+      RETURN_IF_ERROR(ParseBool(flag, value, &options.grpc_ssl.use_ssl));
+    } else if (flag == "grpc-use-ssl-mutual") {
+      RETURN_IF_ERROR(ParseBool(flag, value, &options.grpc_ssl.use_mutual_auth));
+    } else if (flag == "grpc-server-cert") {
+      options.grpc_ssl.server_cert = value;
+    } else if (flag == "grpc-server-key") {
+      options.grpc_ssl.server_key = value;
+    } else if (flag == "grpc-root-cert") {
+      options.grpc_ssl.root_cert = value;
     } else if (flag == "strict-readiness") {
       if (auto status = ParseBool(flag, value, &options.strict_readiness); !status.ok()) {
         return status;
@@ -109,8 +170,21 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", flag, " (see --help)"));
     }
   }
-  if (!options.help && options.model_repository.empty()) {
+  if (options.help) return options;
+  if (options.model_repository.empty()) {
     return absl::InvalidArgumentError("--model-repository is required (see --help)");
+  }
+  const GrpcSslOptions& ssl = options.grpc_ssl;
+  const char* tls_flag = ssl.use_mutual_auth ? "--grpc-use-ssl-mutual" : "--grpc-use-ssl";
+  if (ssl.enabled() && ssl.server_cert.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(tls_flag, " needs --grpc-server-cert"));
+  }
+  if (ssl.enabled() && ssl.server_key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(tls_flag, " needs --grpc-server-key"));
+  }
+  if (ssl.use_mutual_auth && ssl.root_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)");
   }
   return options;
 }

@@ -2,11 +2,32 @@
 
 // Command-line options of the `fuseserve` binary (SPEC.md §7).
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/grpc/grpc_server.h"
 
 namespace fuseserve {
+
+// gRPC over TLS: Triton's --grpc-use-ssl* flags, same names and meaning. The
+// paths name PEM files, read at start-up (LoadGrpcTls); their contents are
+// never logged.
+struct GrpcSslOptions {
+  // TLS on the gRPC port; needs server_cert and server_key.
+  bool use_ssl = false;
+  // Clients must present a certificate that root_cert verifies. Implies
+  // use_ssl (in Triton it "preempts --grpc-use-ssl") and needs root_cert.
+  bool use_mutual_auth = false;
+  std::string server_cert;
+  std::string server_key;
+  // CA certificates that verify client certificates. Read (and checked)
+  // whenever given, used only with use_mutual_auth: without it no client
+  // certificate is asked for.
+  std::string root_cert;
+
+  bool enabled() const { return use_ssl || use_mutual_auth; }
+};
 
 struct ServerOptions {
   std::string model_repository;
@@ -20,6 +41,7 @@ struct ServerOptions {
   // with RESOURCE_EXHAUSTED before they are decoded. gRPC's own ceiling,
   // and Triton's default, is INT32_MAX.
   int max_request_bytes = 2147483647;
+  GrpcSslOptions grpc_ssl;
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.
   bool strict_readiness = false;
@@ -31,8 +53,15 @@ struct ServerOptions {
 
 // Parses --flag=value / --flag value arguments. InvalidArgument naming the
 // flag for unknown flags and bad values; --model-repository is required
-// unless --help is given.
+// unless --help is given. With TLS on, the certificate and key flags must be
+// set (their files are read later, by the server).
 absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* argv);
+
+// The TLS material the --grpc-* SSL flags name, read from their files;
+// nullopt when TLS is off. InvalidArgument naming the flag and the path when a
+// file is missing, unreadable, empty or not PEM (nothing of its contents is
+// quoted).
+absl::StatusOr<std::optional<GrpcTlsCredentials>> LoadGrpcTls(const GrpcSslOptions& ssl);
 
 // The --help text.
 std::string ServerUsage();

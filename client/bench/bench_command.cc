@@ -18,6 +18,7 @@
 #include "client/bench/report.h"
 #include "client/bench/request_pool.h"
 #include "client/bench/request_sender.h"
+#include "client/client.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc_service.grpc.pb.h"
@@ -37,8 +38,9 @@ absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
 // never queue behind the load.
 class ControlClient {
  public:
-  explicit ControlClient(const std::string& url)
-      : stub_(inference::GRPCInferenceService::NewStub(CreateBenchChannel(url, -1))) {}
+  ControlClient(const std::string& url, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : stub_(inference::GRPCInferenceService::NewStub(
+            CreateBenchChannel(url, -1, std::move(credentials)))) {}
 
   absl::StatusOr<inference::ModelMetadataResponse> Metadata(const BenchOptions& options) {
     inference::ModelMetadataRequest request;
@@ -102,7 +104,9 @@ std::vector<LevelSpec> Levels(const BenchOptions& options) {
 
 // Runs every level; errors here are the ones that prevent a run at all.
 absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
-  ControlClient control(options.url);
+  ASSIGN_OR_RETURN(const std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   MakeChannelCredentials(options.tls));
+  ControlClient control(options.url, credentials);
   ASSIGN_OR_RETURN(const inference::ModelMetadataResponse metadata, control.Metadata(options));
   ASSIGN_OR_RETURN(const inference::ModelConfigResponse config, control.Config(options));
   BenchReport report;
@@ -110,7 +114,7 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   ASSIGN_OR_RETURN(report.plan, PlanRequests(metadata, config, options));
   ASSIGN_OR_RETURN(
       std::unique_ptr<RequestSender> sender,
-      RequestSender::Connect(options.url, options.channels,
+      RequestSender::Connect(options.url, credentials, options.channels,
                              BuildRequestPool(report.plan, options.num_inputs, options.seed),
                              options.timeout));
 

@@ -28,6 +28,10 @@ Load (pick one):
 
 Requests:
   --url HOST:PORT         server (default localhost:8001)
+  --ssl                   connect over TLS
+  --root-certificates F   PEM CA certificate(s) that verify the server
+  --private-key F         PEM client key (mutual TLS, with --certificate-chain)
+  --certificate-chain F   PEM client certificate chain
   --model-version V       model version (default: the server's choice)
   --batch-size B          rows per request (default 1; must be 1 for a model
                           with max_batch_size 0)
@@ -95,6 +99,14 @@ absl::StatusOr<int> ParsePositiveInt32(const std::string& flag, absl::string_vie
   return static_cast<int>(value);
 }
 
+// A flag whose value is kept as given.
+std::function<absl::Status(const std::string&)> StoreIn(std::string* field) {
+  return [field](const std::string& value) {
+    *field = value;
+    return absl::OkStatus();
+  };
+}
+
 absl::StatusOr<Shape> ParseShape(absl::string_view text) {
   Shape shape;
   for (absl::string_view part : absl::StrSplit(text, absl::ByAnyChar(",x"))) {
@@ -130,16 +142,11 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
   using Setter = std::function<absl::Status(const std::string&)>;
   // Flags taking a value, as "--flag value" or "--flag=value".
   const std::map<std::string, Setter> valued = {
-      {"--url",
-       [&](const std::string& v) {
-         options.url = v;
-         return absl::OkStatus();
-       }},
-      {"--model-version",
-       [&](const std::string& v) {
-         options.model_version = v;
-         return absl::OkStatus();
-       }},
+      {"--url", StoreIn(&options.url)},
+      {"--root-certificates", StoreIn(&options.tls.root_certificates)},
+      {"--private-key", StoreIn(&options.tls.private_key)},
+      {"--certificate-chain", StoreIn(&options.tls.certificate_chain)},
+      {"--model-version", StoreIn(&options.model_version)},
       {"--concurrency",
        [&](const std::string& v) -> absl::Status {
          ASSIGN_OR_RETURN(options.concurrency, ParsePositiveIntList(v));
@@ -232,13 +239,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
          options.drain_timeout = absl::Seconds(s);
          return absl::OkStatus();
        }},
-      {"--json",
-       [&](const std::string& v) {
-         options.json_path = v;
-         return absl::OkStatus();
-       }},
+      {"--json", StoreIn(&options.json_path)},
   };
   const std::map<std::string, bool*> switches = {
+      {"--ssl", &options.tls.ssl},
       {"--quiet", &options.quiet},
       {"--allow-errors", &options.allow_errors},
       {"--help", &options.help},

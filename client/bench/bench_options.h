@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/client.h"
 #include "common/shape.h"
 
 namespace fuseserve::client {
@@ -27,6 +28,7 @@ struct BenchOptions {
   std::string model;
   std::string model_version;  // empty = the server's choice
   std::string url = "localhost:8001";
+  TlsOptions tls;  // --ssl, --root-certificates, --private-key, --certificate-chain
 
   LoadMode mode = LoadMode::kClosedLoop;
   std::vector<int> concurrency = {1};

@@ -15,7 +15,9 @@ struct RequestSender::Call {
   Done done;
 };
 
-std::shared_ptr<grpc::Channel> CreateBenchChannel(const std::string& target, int channel_index) {
+std::shared_ptr<grpc::Channel> CreateBenchChannel(
+    const std::string& target, int channel_index,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxSendMessageSize(INT_MAX);
   arguments.SetMaxReceiveMessageSize(INT_MAX);
@@ -24,7 +26,7 @@ std::shared_ptr<grpc::Channel> CreateBenchChannel(const std::string& target, int
   // give every channel its own connection.
   arguments.SetInt("fuseserve.bench_channel_index", channel_index);
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), arguments);
+  return grpc::CreateCustomChannel(target, std::move(credentials), arguments);
 }
 
 RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
@@ -37,14 +39,15 @@ RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channel
 }
 
 absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
-    const std::string& target, int num_channels, std::vector<inference::ModelInferRequest> requests,
-    absl::Duration timeout, absl::Duration connect_timeout) {
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    int num_channels, std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
+    absl::Duration connect_timeout) {
   if (num_channels <= 0) return absl::InvalidArgumentError("at least one channel is needed");
   if (requests.empty()) return absl::InvalidArgumentError("at least one request is needed");
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   const absl::Time deadline = absl::Now() + connect_timeout;
   for (int i = 0; i < num_channels; ++i) {
-    channels.push_back(CreateBenchChannel(target, i));
+    channels.push_back(CreateBenchChannel(target, i, credentials));
     if (!channels.back()->WaitForConnected(absl::ToChronoTime(deadline))) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", target, " within ",
                                                  absl::FormatDuration(connect_timeout)));

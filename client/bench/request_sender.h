@@ -22,9 +22,12 @@
 
 namespace fuseserve::client {
 
-// A channel with INT32_MAX message sizes; `channel_index` makes its
-// arguments, and therefore its connection, distinct from the others.
-std::shared_ptr<grpc::Channel> CreateBenchChannel(const std::string& target, int channel_index);
+// A channel with INT32_MAX message sizes, secured by `credentials`;
+// `channel_index` makes its arguments, and therefore its connection, distinct
+// from the others.
+std::shared_ptr<grpc::Channel> CreateBenchChannel(
+    const std::string& target, int channel_index,
+    std::shared_ptr<grpc::ChannelCredentials> credentials);
 
 // Owns the load channels. Its callbacks never own it: gRPC 1.51 aborts when
 // the last reference to a channel that used the callback API is dropped on
@@ -37,12 +40,12 @@ class RequestSender {
   // the client saw it, from just before the call starts to its callback.
   using Done = std::function<void(int code, int64_t latency_ns)>;
 
-  // Opens `num_channels` channels to `target` and waits (up to
-  // `connect_timeout`) until each is connected. `requests` are sent
-  // round-robin; each call gets `timeout` as its deadline (0 = none).
+  // Opens `num_channels` channels to `target`, secured by `credentials`, and
+  // waits (up to `connect_timeout`) until each is connected. `requests` are
+  // sent round-robin; each call gets `timeout` as its deadline (0 = none).
   static absl::StatusOr<std::unique_ptr<RequestSender>> Connect(
-      const std::string& target, int num_channels,
-      std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
+      const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
+      int num_channels, std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
       absl::Duration connect_timeout = absl::Seconds(10));
 
   // Cancels the calls still in flight and waits for all their callbacks.

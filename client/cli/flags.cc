@@ -1,9 +1,11 @@
 #include "client/cli/flags.h"
 
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace fuseserve::client::cli {
 
@@ -49,6 +51,91 @@ absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv,
     }
   }
   return parsed;
+}
+
+const char kGlobalOptionsUsage[] = R"(Global options (also accepted after the command):
+  --url HOST:PORT            the server's gRPC address (default localhost:8001)
+  --ssl                      connect over TLS
+  --root-certificates FILE   PEM CA certificate(s) that verify the server
+                             (default: the system's roots)
+  --private-key FILE         PEM client key, for servers that require client
+                             certificates (with --certificate-chain)
+  --certificate-chain FILE   PEM client certificate chain
+)";
+
+namespace {
+
+// The global options that take a value, and where each goes.
+std::map<std::string, std::string*> ValueOptions(GlobalOptions* global) {
+  return {{"url", &global->url},
+          {"root-certificates", &global->tls.root_certificates},
+          {"private-key", &global->tls.private_key},
+          {"certificate-chain", &global->tls.certificate_chain}};
+}
+
+}  // namespace
+
+absl::StatusOr<int> ParseGlobalOptions(int argc, char** argv, GlobalOptions* global) {
+  const std::map<std::string, std::string*> values = ValueOptions(global);
+  int index = 1;
+  while (index < argc) {
+    const std::string arg = argv[index];
+    if (arg == "--ssl") {
+      global->tls.ssl = true;
+      ++index;
+      continue;
+    }
+    if (!absl::StartsWith(arg, "--")) break;
+    const size_t equals = arg.find('=');
+    const auto option =
+        values.find(arg.substr(2, equals == std::string::npos ? equals : equals - 2));
+    if (option == values.end()) break;
+    if (equals != std::string::npos) {
+      *option->second = arg.substr(equals + 1);
+      ++index;
+    } else if (index + 1 < argc) {
+      *option->second = argv[index + 1];
+      index += 2;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+    }
+  }
+  return index;
+}
+
+std::vector<std::string> GlobalOptionsAsArgs(const GlobalOptions& global) {
+  std::vector<std::string> args;
+  if (global.url != GlobalOptions().url) args.push_back("--url=" + global.url);
+  if (global.tls.ssl) args.push_back("--ssl");
+  const std::pair<const char*, const std::string&> files[] = {
+      {"root-certificates", global.tls.root_certificates},
+      {"private-key", global.tls.private_key},
+      {"certificate-chain", global.tls.certificate_chain}};
+  for (const auto& [flag, path] : files) {
+    if (!path.empty()) args.push_back(absl::StrCat("--", flag, "=", path));
+  }
+  return args;
+}
+
+absl::StatusOr<ParsedArgs> ParseServerCommandArgs(int argc, char** argv,
+                                                  std::set<std::string> value_flags,
+                                                  std::set<std::string> switch_flags) {
+  GlobalOptions unused;
+  for (const auto& [flag, value] : ValueOptions(&unused)) value_flags.insert(flag);
+  switch_flags.insert("ssl");
+  return ParseArgs(argc, argv, value_flags, switch_flags);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& global,
+                                                const ParsedArgs& args) {
+  GlobalOptions connection = global;
+  for (const auto& [flag, value] : ValueOptions(&connection)) {
+    if (auto given = args.Last(flag)) *value = *given;
+  }
+  if (args.Has("ssl")) connection.tls.ssl = true;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   MakeChannelCredentials(connection.tls));
+  return Client::Create(connection.url, std::move(credentials));
 }
 
 int Fail(const std::string& command, const std::string& message, int exit_code) {

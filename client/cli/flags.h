@@ -5,12 +5,14 @@
 // `--switch` options without a value.
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/client.h"
 
 namespace fuseserve::client::cli {
 
@@ -19,10 +21,16 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;  // the request failed or the answer is "not ready"
 inline constexpr int kExitUsage = 2;    // bad command line
 
-// Options that come before the subcommand and are accepted after it too.
+// Options that come before the subcommand and are accepted after it too:
+// where the server is and how the connection is secured (tritonclient's
+// names: --ssl, --root-certificates, --private-key, --certificate-chain).
 struct GlobalOptions {
   std::string url = "localhost:8001";
+  TlsOptions tls;
 };
+
+// The usage text of the global options.
+extern const char kGlobalOptionsUsage[];
 
 class ParsedArgs {
  public:
@@ -48,6 +56,27 @@ class ParsedArgs {
 absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv,
                                      const std::set<std::string>& value_flags,
                                      const std::set<std::string>& switch_flags);
+
+// Parses the global options at the front of argv[1..argc), stopping at the
+// first argument that is not one (the command, or --help); returns its index.
+// InvalidArgument for a global option without its value.
+absl::StatusOr<int> ParseGlobalOptions(int argc, char** argv, GlobalOptions* global);
+
+// The global options as arguments that ParseGlobalOptions (or a command that
+// accepts them) reads back: only those that differ from the defaults.
+std::vector<std::string> GlobalOptionsAsArgs(const GlobalOptions& global);
+
+// ParseArgs for a command that talks to a server: the global options are
+// accepted too (after the command, where they override the global ones).
+absl::StatusOr<ParsedArgs> ParseServerCommandArgs(int argc, char** argv,
+                                                  std::set<std::string> value_flags,
+                                                  std::set<std::string> switch_flags);
+
+// A client for the server named by `global` as overridden by `args`.
+// InvalidArgument when the TLS options cannot be used (a file missing, a key
+// without a certificate, a file without --ssl).
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& global,
+                                                const ParsedArgs& args);
 
 // Prints "fuseserve-cli <command>: <message>" on stderr and returns `exit_code`.
 int Fail(const std::string& command, const std::string& message, int exit_code = kExitFailure);

@@ -11,7 +11,7 @@
 namespace fuseserve::client::cli {
 namespace {
 
-constexpr char kUsage[] = R"(Usage: fuseserve-cli [--url HOST:PORT] health [--model MODEL]...
+constexpr char kUsage[] = R"(Usage: fuseserve-cli [global options] health [--model MODEL]...
 
 Prints whether the server is live and ready, and whether each model is ready:
 the models named with --model (repeatable), else every model in the server's
@@ -23,7 +23,7 @@ Exit code 0 when the server is live and ready and every listed model is ready,
 }  // namespace
 
 int RunHealthCommand(const GlobalOptions& global, int argc, char** argv) {
-  const auto args = ParseArgs(argc, argv, {"url", "model"}, {});
+  const auto args = ParseServerCommandArgs(argc, argv, {"model"}, {});
   if (!args.ok())
     return Fail("health", std::string(args.status().message()) + "\n" + kUsage, kExitUsage);
   if (args->Has("help")) {
@@ -34,10 +34,12 @@ int RunHealthCommand(const GlobalOptions& global, int argc, char** argv) {
     return Fail("health", "unexpected argument \"" + args->positional()[0] + "\"\n" + kUsage,
                 kExitUsage);
   }
-  auto client = Client::Create(args->Last("url").value_or(global.url));
-  const absl::StatusOr<bool> live = client->ServerLive();
+  const auto connected = Connect(global, *args);
+  if (!connected.ok()) return Fail("health", std::string(connected.status().message()), kExitUsage);
+  Client& client = **connected;
+  const absl::StatusOr<bool> live = client.ServerLive();
   if (!live.ok()) return Fail("health", live.status().ToString());
-  const absl::StatusOr<bool> ready = client->ServerReady();
+  const absl::StatusOr<bool> ready = client.ServerReady();
   if (!ready.ok()) return Fail("health", ready.status().ToString());
   std::cout << "server live:  " << (*live ? "true" : "false") << "\n";
   std::cout << "server ready: " << (*ready ? "true" : "false") << "\n";
@@ -52,7 +54,7 @@ int RunHealthCommand(const GlobalOptions& global, int argc, char** argv) {
   if (args->Has("model")) {
     for (const std::string& name : args->All("model")) models.push_back({name, "", ""});
   } else {
-    const auto index = client->RepositoryIndex();
+    const auto index = client.RepositoryIndex();
     if (!index.ok()) return Fail("health", index.status().ToString());
     for (const auto& model : index->models()) {
       models.push_back({model.name(), model.version(), model.reason()});
@@ -61,7 +63,7 @@ int RunHealthCommand(const GlobalOptions& global, int argc, char** argv) {
   for (const Entry& model : models) {
     const std::string label =
         model.version.empty() ? model.name : model.name + " (version " + model.version + ")";
-    const absl::StatusOr<bool> model_ready = client->ModelReady(model.name, model.version);
+    const absl::StatusOr<bool> model_ready = client.ModelReady(model.name, model.version);
     if (!model_ready.ok()) {
       std::cout << "model " << label << ": error: " << model_ready.status().ToString() << "\n";
       healthy = false;

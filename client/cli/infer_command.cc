@@ -20,7 +20,7 @@ namespace fuseserve::client::cli {
 namespace {
 
 constexpr char kUsage[] =
-    R"(Usage: fuseserve-cli [--url HOST:PORT] infer MODEL (--input X.npy | --random SHAPE)
+    R"(Usage: fuseserve-cli [global options] infer MODEL (--input X.npy | --random SHAPE)
            [--output Y.npy] [--seed N] [--timeout-ms N] [--queue-timeout-us N]
            [--id ID] [--version V]
 
@@ -63,7 +63,6 @@ absl::StatusOr<int64_t> ParseInt(const std::string& flag, const std::string& tex
 }
 
 struct InferFlags {
-  std::string url;
   std::string model;
   std::string version;
   std::string input_path;
@@ -73,12 +72,11 @@ struct InferFlags {
   InferOptions options;
 };
 
-absl::StatusOr<InferFlags> ToInferFlags(const ParsedArgs& args, const GlobalOptions& global) {
+absl::StatusOr<InferFlags> ToInferFlags(const ParsedArgs& args) {
   InferFlags flags;
   if (args.positional().size() != 1)
     return absl::InvalidArgumentError("expected exactly one MODEL");
   flags.model = args.positional()[0];
-  flags.url = args.Last("url").value_or(global.url);
   flags.version = args.Last("version").value_or("");
   flags.input_path = args.Last("input").value_or("");
   flags.output_path = args.Last("output").value_or("");
@@ -119,10 +117,9 @@ std::string Summary(const std::vector<float>& values) {
 }  // namespace
 
 int RunInferCommand(const GlobalOptions& global, int argc, char** argv) {
-  const auto args = ParseArgs(argc, argv,
-                              {"url", "input", "output", "random", "seed", "timeout-ms",
-                               "queue-timeout-us", "id", "version"},
-                              {});
+  const auto args = ParseServerCommandArgs(
+      argc, argv,
+      {"input", "output", "random", "seed", "timeout-ms", "queue-timeout-us", "id", "version"}, {});
   if (!args.ok()) {
     return Fail("infer", std::string(args.status().message()) + "\n" + kUsage, kExitUsage);
   }
@@ -130,7 +127,7 @@ int RunInferCommand(const GlobalOptions& global, int argc, char** argv) {
     std::cout << kUsage;
     return kExitOk;
   }
-  const auto flags = ToInferFlags(*args, global);
+  const auto flags = ToInferFlags(*args);
   if (!flags.ok()) {
     return Fail("infer", std::string(flags.status().message()) + "\n" + kUsage, kExitUsage);
   }
@@ -152,9 +149,11 @@ int RunInferCommand(const GlobalOptions& global, int argc, char** argv) {
     source = absl::StrCat("random U[0,1), seed ", flags->seed);
   }
 
-  auto client = Client::Create(flags->url);
+  const auto connected = Connect(global, *args);
+  if (!connected.ok()) return Fail("infer", std::string(connected.status().message()), kExitUsage);
+  Client& client = **connected;
   // The input's name comes from the model's metadata (fuseserve models have one input).
-  const auto metadata = client->ModelMetadata(flags->model, flags->version);
+  const auto metadata = client.ModelMetadata(flags->model, flags->version);
   if (!metadata.ok()) return Fail("infer", metadata.status().ToString());
   if (metadata->inputs_size() != 1) {
     return Fail("infer", absl::StrCat("model \"", flags->model, "\" has ", metadata->inputs_size(),
@@ -162,7 +161,7 @@ int RunInferCommand(const GlobalOptions& global, int argc, char** argv) {
   }
   input.name = metadata->inputs(0).name();
 
-  const auto result = client->Infer(flags->model, {input}, flags->options);
+  const auto result = client.Infer(flags->model, {input}, flags->options);
   if (!result.ok()) return Fail("infer", result.status().ToString());
   std::cout << "model  " << result->model_name << " version " << result->model_version;
   if (!result->id.empty()) std::cout << " id " << result->id;

@@ -14,11 +14,7 @@ namespace {
 
 namespace cli = fuseserve::client::cli;
 
-constexpr char kUsage[] = R"(Usage: fuseserve-cli [--url HOST:PORT] <command> [options]
-
-Global options:
-  --url HOST:PORT   the server's gRPC address (default localhost:8001); also
-                    accepted after the command
+constexpr char kUsage[] = R"(Usage: fuseserve-cli [global options] <command> [options]
 
 Commands:
   health [--model M]...        server live/ready and per-model readiness
@@ -31,36 +27,27 @@ Commands:
 
 `fuseserve-cli <command> --help` describes each command. Exit codes: 0 success,
 1 failure (the error is printed on stderr), 2 bad command line.
+
 )";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   cli::GlobalOptions global;
-  bool url_given = false;
-  int index = 1;
-  // Global options come before the command.
-  while (index < argc && absl::StartsWith(argv[index], "--url")) {
-    const std::string arg = argv[index];
-    if (arg == "--url" && index + 1 < argc) {
-      global.url = argv[index + 1];
-      index += 2;
-    } else if (absl::StartsWith(arg, "--url=")) {
-      global.url = arg.substr(6);
-      index += 1;
-    } else {
-      std::cerr << "fuseserve-cli: bad global option \"" << arg << "\"\n" << kUsage;
-      return cli::kExitUsage;
-    }
-    url_given = true;
+  const absl::StatusOr<int> command_index = cli::ParseGlobalOptions(argc, argv, &global);
+  if (!command_index.ok()) {
+    std::cerr << "fuseserve-cli: " << command_index.status().message() << "\n"
+              << kUsage << cli::kGlobalOptionsUsage;
+    return cli::kExitUsage;
   }
+  const int index = *command_index;
   if (index >= argc) {
-    std::cerr << kUsage;
+    std::cerr << kUsage << cli::kGlobalOptionsUsage;
     return cli::kExitUsage;
   }
   const std::string command = argv[index];
   if (command == "--help" || command == "help") {
-    std::cout << kUsage;
+    std::cout << kUsage << cli::kGlobalOptionsUsage;
     return cli::kExitOk;
   }
   const int sub_argc = argc - index;
@@ -72,16 +59,18 @@ int main(int argc, char** argv) {
   if (command == "infer") return cli::RunInferCommand(global, sub_argc, sub_argv);
   if (command == "make-repository") return cli::RunMakeRepositoryCommand(sub_argc, sub_argv);
   if (command == "bench") {
-    // The bench command parses its own --url; a global one is passed on in
-    // front of the command's own arguments, which may override it.
+    // The bench command parses its own connection options; the global ones
+    // are passed on in front of the command's own arguments, which may
+    // override them.
+    std::vector<std::string> global_args = cli::GlobalOptionsAsArgs(global);
     std::vector<char*> bench_argv = {sub_argv[0]};
-    std::string url_flag = "--url=" + global.url;
-    if (url_given) bench_argv.push_back(url_flag.data());
+    for (std::string& arg : global_args) bench_argv.push_back(arg.data());
     bench_argv.insert(bench_argv.end(), sub_argv + 1, sub_argv + sub_argc);
     bench_argv.push_back(nullptr);
     return fuseserve::client::RunBenchCommand(static_cast<int>(bench_argv.size()) - 1,
                                               bench_argv.data());
   }
-  std::cerr << "fuseserve-cli: unknown command \"" << command << "\"\n" << kUsage;
+  std::cerr << "fuseserve-cli: unknown command \"" << command << "\"\n"
+            << kUsage << cli::kGlobalOptionsUsage;
   return cli::kExitUsage;
 }

@@ -4,8 +4,10 @@
 // clients spell them).
 
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "client/cli/commands.h"
 #include "client/client.h"
@@ -15,14 +17,14 @@ namespace fuseserve::client::cli {
 namespace {
 
 constexpr char kMetadataUsage[] =
-    R"(Usage: fuseserve-cli [--url HOST:PORT] metadata MODEL [--version V]
+    R"(Usage: fuseserve-cli [global options] metadata MODEL [--version V]
 
 Prints the model's metadata (name, versions, platform, inputs and outputs with
 datatype and shape, properties such as the precision) as JSON.
 Exit code 0 on success, 1 when the request fails (e.g. NOT_FOUND), 2 on a bad command line.
 )";
 
-constexpr char kConfigUsage[] = R"(Usage: fuseserve-cli [--url HOST:PORT] config MODEL [--version V]
+constexpr char kConfigUsage[] = R"(Usage: fuseserve-cli [global options] config MODEL [--version V]
 
 Prints the model's configuration as the server applies it (config.pbtxt with
 defaults filled in) as JSON, field names as in config.pbtxt.
@@ -39,12 +41,13 @@ std::string ToJson(const google::protobuf::Message& message) {
   return json;
 }
 
-// Parses `MODEL [--version V]`; returns the exit code when the caller should
-// stop (help or a usage error).
+// Parses `MODEL [--version V]` and connects; returns the exit code when the
+// caller should stop (help or a usage error).
 std::optional<int> ParseModelArgs(const std::string& command, const char* usage, int argc,
-                                  char** argv, const GlobalOptions& global, std::string* url,
-                                  std::string* model, std::string* version) {
-  const auto args = ParseArgs(argc, argv, {"url", "version"}, {});
+                                  char** argv, const GlobalOptions& global,
+                                  std::unique_ptr<Client>* client, std::string* model,
+                                  std::string* version) {
+  const auto args = ParseServerCommandArgs(argc, argv, {"version"}, {});
   if (!args.ok()) {
     return Fail(command, std::string(args.status().message()) + "\n" + usage, kExitUsage);
   }
@@ -55,7 +58,9 @@ std::optional<int> ParseModelArgs(const std::string& command, const char* usage,
   if (args->positional().size() != 1) {
     return Fail(command, "expected exactly one MODEL\n" + std::string(usage), kExitUsage);
   }
-  *url = args->Last("url").value_or(global.url);
+  auto connected = Connect(global, *args);
+  if (!connected.ok()) return Fail(command, std::string(connected.status().message()), kExitUsage);
+  *client = std::move(*connected);
   *model = args->positional()[0];
   *version = args->Last("version").value_or("");
   return std::nullopt;
@@ -64,24 +69,26 @@ std::optional<int> ParseModelArgs(const std::string& command, const char* usage,
 }  // namespace
 
 int RunMetadataCommand(const GlobalOptions& global, int argc, char** argv) {
-  std::string url, model, version;
-  if (auto exit_code =
-          ParseModelArgs("metadata", kMetadataUsage, argc, argv, global, &url, &model, &version)) {
+  std::unique_ptr<Client> client;
+  std::string model, version;
+  if (auto exit_code = ParseModelArgs("metadata", kMetadataUsage, argc, argv, global, &client,
+                                      &model, &version)) {
     return *exit_code;
   }
-  const auto metadata = Client::Create(url)->ModelMetadata(model, version);
+  const auto metadata = client->ModelMetadata(model, version);
   if (!metadata.ok()) return Fail("metadata", metadata.status().ToString());
   std::cout << ToJson(*metadata);
   return kExitOk;
 }
 
 int RunConfigCommand(const GlobalOptions& global, int argc, char** argv) {
-  std::string url, model, version;
+  std::unique_ptr<Client> client;
+  std::string model, version;
   if (auto exit_code =
-          ParseModelArgs("config", kConfigUsage, argc, argv, global, &url, &model, &version)) {
+          ParseModelArgs("config", kConfigUsage, argc, argv, global, &client, &model, &version)) {
     return *exit_code;
   }
-  const auto config = Client::Create(url)->ModelConfig(model, version);
+  const auto config = client->ModelConfig(model, version);
   if (!config.ok()) return Fail("config", config.status().ToString());
   std::cout << ToJson(config->config());
   return kExitOk;

@@ -14,7 +14,7 @@ namespace fuseserve::client::cli {
 namespace {
 
 constexpr char kUsage[] =
-    R"(Usage: fuseserve-cli [--url HOST:PORT] stats [MODEL] [--version V] [--json]
+    R"(Usage: fuseserve-cli [global options] stats [MODEL] [--version V] [--json]
 
 Prints the server's statistics for MODEL (every model when omitted), one row
 per model version:
@@ -38,7 +38,7 @@ double AverageUs(const inference::StatisticDuration& duration) {
 }  // namespace
 
 int RunStatsCommand(const GlobalOptions& global, int argc, char** argv) {
-  const auto args = ParseArgs(argc, argv, {"url", "version"}, {"json"});
+  const auto args = ParseServerCommandArgs(argc, argv, {"version"}, {"json"});
   if (!args.ok()) {
     return Fail("stats", std::string(args.status().message()) + "\n" + kUsage, kExitUsage);
   }
@@ -50,8 +50,10 @@ int RunStatsCommand(const GlobalOptions& global, int argc, char** argv) {
     return Fail("stats", "expected at most one MODEL\n" + std::string(kUsage), kExitUsage);
   }
   const std::string model = args->positional().empty() ? "" : args->positional()[0];
-  const auto stats = Client::Create(args->Last("url").value_or(global.url))
-                         ->ModelStatistics(model, args->Last("version").value_or(""));
+  const auto connected = Connect(global, *args);
+  if (!connected.ok()) return Fail("stats", std::string(connected.status().message()), kExitUsage);
+  Client& client = **connected;
+  const auto stats = client.ModelStatistics(model, args->Last("version").value_or(""));
   if (!stats.ok()) return Fail("stats", stats.status().ToString());
 
   if (args->Has("json")) {

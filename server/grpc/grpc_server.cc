@@ -1,6 +1,8 @@
 #include "server/grpc/grpc_server.h"
 
 #include <climits>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -8,22 +10,38 @@
 #include "grpcpp/server_builder.h"
 
 namespace fuseserve {
+namespace {
 
-absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const std::string& address,
-                                                              int port, int max_request_bytes,
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
+    const std::optional<GrpcTlsCredentials>& tls) {
+  if (!tls.has_value()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      tls->require_client_certificate ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                      : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  ssl.pem_key_cert_pairs.push_back({tls->server_key_pem, tls->server_cert_pem});
+  if (tls->require_client_certificate) ssl.pem_root_certs = tls->client_ca_pem;
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options,
                                                               InferenceService* service) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(max_request_bytes);
+  builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   builder.SetMaxSendMessageSize(INT_MAX);
-  const std::string endpoint = absl::StrCat(address, ":", port);
-  builder.AddListeningPort(endpoint, grpc::InsecureServerCredentials(), &server->port_);
+  const std::string endpoint = absl::StrCat(options.address, ":", options.port);
+  builder.AddListeningPort(endpoint, ServerCredentials(options.tls), &server->port_);
   builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve gRPC on ", endpoint, " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve gRPC on ", endpoint,
+        options.tls.has_value() ? " (address in use or not local, or gRPC rejected the TLS "
+                                  "certificate or key: see its log line above)"
+                                : " (address in use or not local?)"));
   }
   server->SetServing(false);
   return server;

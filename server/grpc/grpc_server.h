@@ -1,12 +1,15 @@
 #pragma once
 
 // The gRPC endpoint: inference.GRPCInferenceService plus grpc.health.v1.Health
-// on one port. Responses may be up to INT32_MAX bytes (tensors of tens of MB
-// are normal here; Triton does the same); requests up to the configured
-// limit (--max-request-bytes, INT32_MAX by default), beyond which gRPC
-// answers RESOURCE_EXHAUSTED without handing the message to the service.
+// on one port, in plaintext or over TLS. Responses may be up to INT32_MAX
+// bytes (tensors of tens of MB are normal here; Triton does the same);
+// requests up to the configured limit (--max-request-bytes, INT32_MAX by
+// default), beyond which gRPC answers RESOURCE_EXHAUSTED without handing the
+// message to the service.
 
+#include <climits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,12 +19,29 @@
 
 namespace fuseserve {
 
+// TLS material for the gRPC port: PEM text, not paths.
+struct GrpcTlsCredentials {
+  std::string server_cert_pem;  // the server's certificate chain
+  std::string server_key_pem;
+  // When set, a client must present a certificate that client_ca_pem
+  // verifies, or its handshake fails (mutual TLS).
+  bool require_client_certificate = false;
+  std::string client_ca_pem;
+};
+
+struct GrpcServerOptions {
+  std::string address = "0.0.0.0";
+  int port = 0;  // 0 = ephemeral
+  int max_request_bytes = INT_MAX;
+  std::optional<GrpcTlsCredentials> tls;  // nullopt = plaintext
+};
+
 class GrpcServer {
  public:
-  // Binds address:port (port 0 = ephemeral) and starts serving `service`,
-  // which must outlive the server. Health starts NOT_SERVING.
-  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const std::string& address, int port,
-                                                           int max_request_bytes,
+  // Binds options.address:options.port and starts serving `service`, which
+  // must outlive the server. Health starts NOT_SERVING. Unavailable when the
+  // port cannot be bound or gRPC rejects the TLS material.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
                                                            InferenceService* service);
   ~GrpcServer();
 

@@ -29,6 +29,38 @@ bool IsStrictlyInside(const fs::path& path, const fs::path& root) {
   return !relative.empty() && relative != "." && *relative.begin() != "..";
 }
 
+// Why the model in `model_dir` may read outside `canonical_root`, or "" when
+// it cannot: a symbolic link among the entries of `model_dir` or of its
+// subdirectories (the depths at which the loader opens config.pbtxt and
+// <version>/<weights>), reached through directory links too, that does not
+// resolve to a path strictly inside `canonical_root`. A link that cannot be
+// resolved, or a directory that cannot be listed, counts as escaping: where
+// it leads is unknown.
+std::string FindEscapingLink(const fs::path& model_dir, const fs::path& canonical_root) {
+  std::error_code error;
+  fs::recursive_directory_iterator it(model_dir, fs::directory_options::follow_directory_symlink,
+                                      error);
+  for (; !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+    if (it.depth() >= 1) it.disable_recursion_pending();
+    std::error_code entry_error;
+    if (!it->is_symlink(entry_error) && !entry_error) continue;
+    const fs::path target = fs::canonical(it->path(), entry_error);
+    if (entry_error) {
+      return absl::StrCat(it->path().string(), " is a symbolic link that cannot be resolved (",
+                          entry_error.message(), ")");
+    }
+    if (!IsStrictlyInside(target, canonical_root)) {
+      return absl::StrCat(it->path().string(), " is a symbolic link to ", target.string(),
+                          ", which is not inside the repository ", canonical_root.string());
+    }
+  }
+  if (error) {
+    return absl::StrCat("cannot list ", model_dir.string(),
+                        " to check it for symbolic links out of the repository: ", error.message());
+  }
+  return "";
+}
+
 // The version number a directory name denotes: a positive decimal integer
 // (leading zeros allowed); 0 for any other name.
 int64_t ParseVersion(const std::string& name) {
@@ -89,6 +121,11 @@ absl::StatusOr<std::vector<RepositoryModelEntry>> ListRepository(
       }
     }
     if (!entry.is_directory(entry_error) || entry_error) continue;
+    const std::string escape = FindEscapingLink(entry.path(), canonical_root);
+    if (!escape.empty()) {
+      skip(absl::StrCat("skipping model ", directory, ": ", escape));
+      continue;
+    }
     entries.push_back(RepositoryModelEntry{name, directory});
   }
   if (error) return FilesystemError("list model repository", root, error);

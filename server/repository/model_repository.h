@@ -21,10 +21,20 @@ struct RepositoryModelEntry {
 };
 
 // Every non-hidden (not starting with '.') subdirectory of `root`, sorted by
-// name. Files are ignored. A symbolic link is followed only when its target is
-// a directory inside `root`; a link that points outside `root` or is broken is
-// skipped, with a reason (naming the link and its target) appended to
-// `*skipped`, or logged as a warning when `skipped` is null.
+// name. Files are ignored. This is where the repository is confined: no model
+// it returns can make the loader read outside `root`.
+//   - A symbolic link is followed only when its target is a directory inside
+//     `root`; a link that points outside `root` or is broken is skipped.
+//   - A model is skipped when a symbolic link among its entries or its
+//     subdirectories' entries (config.pbtxt, <version>/, <version>/<weights>
+//     and their siblings) resolves outside `root` or cannot be resolved, or
+//     when one of those directories cannot be listed.
+// Each skip's reason (naming the path and where it leads) is appended to
+// `*skipped`, or logged as a warning when `skipped` is null. Hard links and
+// mounts are not links: whoever can place those controls the filesystem.
+// Names need no checking: a directory entry never contains '/' or NUL, and
+// "." and ".." are hidden. Requests never reach the filesystem at all: they
+// name models that this listing found.
 // NotFound when `root` does not exist, InvalidArgument when it is not a
 // directory.
 absl::StatusOr<std::vector<RepositoryModelEntry>> ListRepository(

@@ -93,6 +93,21 @@ TEST(BenchOptionsTest, ParsesEveryFlagInBothSpellings) {
   EXPECT_EQ(options->model_version, "2");
 }
 
+TEST(BenchOptionsTest, ParsesTlsOptions) {
+  auto plain = Parse({"gemm"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->tls.ssl);
+
+  auto options = Parse({"gemm", "--ssl", "--root-certificates=/tls/ca.pem", "--private-key",
+                        "/tls/client.key", "--certificate-chain", "/tls/client.pem"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->tls.ssl);
+  EXPECT_EQ(options->tls.root_certificates, "/tls/ca.pem");
+  EXPECT_EQ(options->tls.private_key, "/tls/client.key");
+  EXPECT_EQ(options->tls.certificate_chain, "/tls/client.pem");
+  EXPECT_THAT(kBenchUsage, HasSubstr("--ssl"));
+}
+
 TEST(BenchOptionsTest, RateSelectsOpenLoop) {
   auto options =
       Parse({"gemm", "--rate", "100,250.5", "--arrivals", "constant", "--duration-s", "30"});
@@ -123,6 +138,7 @@ TEST(BenchOptionsTest, RejectsBadUsageNamingTheFlag) {
       {{"gemm", "--frobnicate"}, "unknown option \"--frobnicate\""},
       {{"gemm", "other"}, "unexpected argument \"other\""},
       {{"gemm", "--quiet=yes"}, "--quiet takes no value"},
+      {{"gemm", "--ssl=true"}, "--ssl takes no value"},
   };
   for (const Case& c : cases) {
     auto options = Parse(c.args);

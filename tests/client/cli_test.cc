@@ -164,6 +164,35 @@ TEST_F(CliTest, UrlIsAcceptedBeforeAndAfterTheCommand) {
   EXPECT_EQ(Run({"--url", "127.0.0.1:1", "health", "--url", url_}).exit_code, 0);
 }
 
+TEST_F(CliTest, TlsOptionsAreListedAndCheckedBeforeConnecting) {
+  const CliResult top = Run({"--help"});
+  for (const char* flag :
+       {"--ssl", "--root-certificates", "--private-key", "--certificate-chain"}) {
+    EXPECT_THAT(top.out, HasSubstr(flag));
+  }
+  std::ofstream(Path("key.pem")) << "-----BEGIN PRIVATE KEY-----\n";
+
+  const CliResult without_ssl = Run({"--private-key", Path("key.pem"), "--url", url_, "health"});
+  EXPECT_EQ(without_ssl.exit_code, 2);
+  EXPECT_THAT(without_ssl.err, HasSubstr("--private-key is given but TLS is off (add --ssl)"));
+
+  const CliResult key_alone =
+      RunOnServer({"config", kGroupNormModel, "--ssl", "--private-key", Path("key.pem")});
+  EXPECT_EQ(key_alone.exit_code, 2);
+  EXPECT_THAT(key_alone.err, HasSubstr("--private-key and --certificate-chain go together"));
+
+  const CliResult missing = RunOnServer({"infer", kGroupNormModel, "--random", "1,8,2,2", "--ssl",
+                                         "--root-certificates", Path("absent.pem")});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--root-certificates: cannot open " + Path("absent.pem")));
+}
+
+TEST_F(CliTest, SslAgainstAPlaintextServerFails) {
+  const CliResult result = Run({"--ssl", "--url", url_, "health"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, HasSubstr("UNAVAILABLE"));
+}
+
 TEST_F(CliTest, MetadataAndConfigPrintJson) {
   const CliResult metadata = RunOnServer({"metadata", kGroupNormModel});
   ASSERT_EQ(metadata.exit_code, 0) << metadata.err;

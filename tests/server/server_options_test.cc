@@ -1,5 +1,8 @@
 #include "server/server_options.h"
 
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +17,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Parses `args` as the arguments after the program name.
 absl::StatusOr<ServerOptions> Parse(std::vector<std::string> args) {
@@ -52,8 +56,7 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
   absl::StatusOr<ServerOptions> options =
       Parse({"--model-repository=/srv/models", "--grpc-port=9001", "--metrics-port=9002",
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
-             "--strict-readiness=true", "--port-file=/tmp/ports.json",
-             "--max-request-bytes=4096"});
+             "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096"});
 
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->max_request_bytes, 4096);
@@ -168,13 +171,165 @@ TEST(ServerOptionsTest, HelpNeedsNoRepository) {
   }
 }
 
+TEST(ServerOptionsTest, TlsIsOffByDefault) {
+  absl::StatusOr<ServerOptions> options = Parse({"--model-repository=/m"});
+
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->grpc_ssl.enabled());
+  absl::StatusOr<std::optional<GrpcTlsCredentials>> tls = LoadGrpcTls(options->grpc_ssl);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_FALSE(tls->has_value());
+}
+
+TEST(ServerOptionsTest, ParsesTritonTlsFlags) {
+  absl::StatusOr<ServerOptions> options =
+      Parse({"--model-repository=/m", "--grpc-use-ssl=true", "--grpc-server-cert=/tls/cert.pem",
+             "--grpc-server-key", "/tls/key.pem", "--grpc-root-cert=/tls/ca.pem"});
+
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->grpc_ssl.use_ssl);
+  EXPECT_FALSE(options->grpc_ssl.use_mutual_auth);
+  EXPECT_EQ(options->grpc_ssl.server_cert, "/tls/cert.pem");
+  EXPECT_EQ(options->grpc_ssl.server_key, "/tls/key.pem");
+  EXPECT_EQ(options->grpc_ssl.root_cert, "/tls/ca.pem");
+}
+
+TEST(ServerOptionsTest, MutualTlsImpliesTls) {
+  absl::StatusOr<ServerOptions> options =
+      Parse({"--model-repository=/m", "--grpc-use-ssl-mutual=1", "--grpc-server-cert=/c",
+             "--grpc-server-key=/k", "--grpc-root-cert=/ca"});
+
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->grpc_ssl.use_ssl);
+  EXPECT_TRUE(options->grpc_ssl.use_mutual_auth);
+  EXPECT_TRUE(options->grpc_ssl.enabled());
+}
+
+TEST(ServerOptionsTest, TlsNeedsCertificateAndKey) {
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--grpc-use-ssl=true", "--grpc-server-key=/k"}),
+              AllOf(HasSubstr("--grpc-use-ssl"), HasSubstr("--grpc-server-cert")));
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--grpc-use-ssl=true", "--grpc-server-cert=/c"}),
+              HasSubstr("needs --grpc-server-key"));
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--grpc-use-ssl-mutual=true",
+                          "--grpc-server-cert=/c", "--grpc-root-cert=/ca"}),
+              AllOf(HasSubstr("--grpc-use-ssl-mutual"), HasSubstr("--grpc-server-key")));
+}
+
+TEST(ServerOptionsTest, MutualTlsNeedsRootCertificate) {
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--grpc-use-ssl-mutual=true",
+                          "--grpc-server-cert=/c", "--grpc-server-key=/k"}),
+              HasSubstr("--grpc-use-ssl-mutual needs --grpc-root-cert"));
+}
+
+TEST(ServerOptionsTest, RejectsBadTlsBooleans) {
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--grpc-use-ssl=on"}),
+              AllOf(HasSubstr("--grpc-use-ssl"), HasSubstr("\"on\"")));
+  // A bare switch would swallow the next flag as its value; that is refused.
+  EXPECT_THAT(
+      ParseError({"--model-repository=/m", "--grpc-use-ssl-mutual", "--grpc-server-cert=/c"}),
+      HasSubstr("--grpc-use-ssl-mutual must be true or false"));
+}
+
+class LoadGrpcTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    directory_ = std::filesystem::path(::testing::TempDir()) /
+                 absl::StrCat("load-grpc-tls-",
+                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(directory_);
+  }
+  void TearDown() override { std::filesystem::remove_all(directory_); }
+
+  std::string Write(const std::string& name, const std::string& contents) {
+    const std::string path = (directory_ / name).string();
+    std::ofstream(path) << contents;
+    return path;
+  }
+
+  // TLS options naming PEM files written here (the PEM bodies are markers,
+  // not real keys: LoadGrpcTls reads, gRPC parses).
+  GrpcSslOptions WrittenOptions() {
+    GrpcSslOptions ssl;
+    ssl.use_ssl = true;
+    ssl.server_cert = Write("cert.pem", "-----BEGIN CERTIFICATE-----\nCERT\n");
+    ssl.server_key = Write("key.pem", "-----BEGIN PRIVATE KEY-----\nSECRETKEY\n");
+    ssl.root_cert = Write("ca.pem", "-----BEGIN CERTIFICATE-----\nCA\n");
+    return ssl;
+  }
+
+  std::filesystem::path directory_;
+};
+
+TEST_F(LoadGrpcTlsTest, ReadsTheFilesAndLeavesTheRootOutWithoutMutualTls) {
+  absl::StatusOr<std::optional<GrpcTlsCredentials>> tls = LoadGrpcTls(WrittenOptions());
+
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  ASSERT_TRUE(tls->has_value());
+  EXPECT_THAT((*tls)->server_cert_pem, HasSubstr("CERT"));
+  EXPECT_THAT((*tls)->server_key_pem, HasSubstr("SECRETKEY"));
+  EXPECT_FALSE((*tls)->require_client_certificate);
+  EXPECT_EQ((*tls)->client_ca_pem, "");
+}
+
+TEST_F(LoadGrpcTlsTest, MutualTlsRequiresClientCertificatesVerifiedByTheRoot) {
+  GrpcSslOptions ssl = WrittenOptions();
+  ssl.use_ssl = false;
+  ssl.use_mutual_auth = true;
+  absl::StatusOr<std::optional<GrpcTlsCredentials>> tls = LoadGrpcTls(ssl);
+
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  ASSERT_TRUE(tls->has_value());
+  EXPECT_TRUE((*tls)->require_client_certificate);
+  EXPECT_THAT((*tls)->client_ca_pem, HasSubstr("CA"));
+}
+
+TEST_F(LoadGrpcTlsTest, NamesTheFlagAndPathOfAMissingFile) {
+  for (const char* flag : {"grpc-server-cert", "grpc-server-key", "grpc-root-cert"}) {
+    GrpcSslOptions ssl = WrittenOptions();
+    const std::string missing = (directory_ / "missing.pem").string();
+    if (std::string(flag) == "grpc-server-cert") ssl.server_cert = missing;
+    if (std::string(flag) == "grpc-server-key") ssl.server_key = missing;
+    if (std::string(flag) == "grpc-root-cert") ssl.root_cert = missing;
+    const absl::Status status = LoadGrpcTls(ssl).status();
+
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << flag;
+    EXPECT_THAT(std::string(status.message()),
+                AllOf(HasSubstr(absl::StrCat("--", flag, ": cannot open ", missing)),
+                      HasSubstr("No such file")))
+        << flag;
+  }
+}
+
+TEST_F(LoadGrpcTlsTest, RejectsAFileThatIsNotPemWithoutQuotingIt) {
+  GrpcSslOptions ssl = WrittenOptions();
+  ssl.server_key = Write("key.der", "SECRETKEY in some other format");
+  const absl::Status status = LoadGrpcTls(ssl).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr("--grpc-server-key"), HasSubstr(ssl.server_key),
+                    HasSubstr("not a PEM file")));
+  EXPECT_THAT(std::string(status.message()), Not(HasSubstr("SECRETKEY")));
+}
+
+TEST_F(LoadGrpcTlsTest, RejectsADirectory) {
+  GrpcSslOptions ssl = WrittenOptions();
+  ssl.server_cert = directory_.string();
+  const absl::Status status = LoadGrpcTls(ssl).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("--grpc-server-cert: " + directory_.string() + " is not a file"));
+}
+
 TEST(ServerOptionsTest, UsageDescribesEveryFlag) {
   const std::string usage = ServerUsage();
 
   for (const char* flag :
        {"--model-repository", "--grpc-port", "--metrics-port", "--exit-timeout-secs",
         "--grpc-address", "--metrics-address", "--strict-readiness", "--port-file",
-        "--max-request-bytes", "--help"}) {
+        "--max-request-bytes", "--grpc-use-ssl", "--grpc-use-ssl-mutual", "--grpc-server-cert",
+        "--grpc-server-key", "--grpc-root-cert", "--help"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
   EXPECT_THAT(usage, AllOf(HasSubstr("8001"), HasSubstr("8002"), HasSubstr("30")));

@@ -82,6 +82,133 @@ TEST(ListRepositoryTest, FollowsLinksInsideRootAndSkipsOthersWithReason) {
                              HasSubstr(dir.Path("repo/self"))));
 }
 
+// A repository "repo" with a well-formed model "good" and, beside the
+// repository, a directory "outside" holding a model's files.
+class RepositoryConfinementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = dir_.MakeDir("repo");
+    dir_.WriteFile("repo/good/config.pbtxt", "platform: \"groupnorm\"");
+    dir_.WriteFile("repo/good/1/model.safetensors", "weights");
+    dir_.WriteFile("outside/config.pbtxt", "platform: \"groupnorm\"");
+    dir_.WriteFile("outside/1/model.safetensors", "weights");
+  }
+
+  // ListRepository's model names, expecting `skipped_count` skips (their
+  // reasons go to `skipped_`).
+  std::vector<std::string> Listed(size_t skipped_count) {
+    skipped_.clear();
+    auto entries = ListRepository(root_, &skipped_);
+    EXPECT_TRUE(entries.ok()) << entries.status();
+    EXPECT_THAT(skipped_, SizeIs(skipped_count));
+    return entries.ok() ? Names(*entries) : std::vector<std::string>{};
+  }
+
+  TestDir dir_;
+  std::string root_;
+  std::vector<std::string> skipped_;
+};
+
+TEST_F(RepositoryConfinementTest, SkipsModelWhoseConfigLinksOutside) {
+  dir_.MakeDir("repo/leaky/1");
+  dir_.WriteFile("repo/leaky/1/model.safetensors", "weights");
+  fs::create_symlink(dir_.Path("outside/config.pbtxt"), dir_.Path("repo/leaky/config.pbtxt"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+  EXPECT_THAT(skipped_[0],
+              AllOf(HasSubstr("skipping model " + dir_.Path("repo/leaky")),
+                    HasSubstr(dir_.Path("repo/leaky/config.pbtxt") + " is a symbolic link to " +
+                              fs::canonical(dir_.Path("outside/config.pbtxt")).string()),
+                    HasSubstr("not inside the repository")));
+}
+
+TEST_F(RepositoryConfinementTest, SkipsModelWhoseVersionDirectoryLinksOutside) {
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  fs::create_directory_symlink(dir_.Path("outside/1"), dir_.Path("repo/leaky/1"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+  EXPECT_THAT(skipped_[0], HasSubstr(dir_.Path("repo/leaky/1") + " is a symbolic link to"));
+}
+
+TEST_F(RepositoryConfinementTest, SkipsModelWhoseWeightsLinkOutside) {
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  dir_.MakeDir("repo/leaky/1");
+  fs::create_symlink(dir_.Path("outside/1/model.safetensors"),
+                     dir_.Path("repo/leaky/1/model.safetensors"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+  EXPECT_THAT(skipped_[0],
+              HasSubstr(dir_.Path("repo/leaky/1/model.safetensors") + " is a symbolic link to"));
+}
+
+TEST_F(RepositoryConfinementTest, SkipsModelWithRelativeLinkClimbingOut) {
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  dir_.MakeDir("repo/leaky/1");
+  fs::create_symlink("../../../outside/1/model.safetensors",
+                     dir_.Path("repo/leaky/1/model.safetensors"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+}
+
+TEST_F(RepositoryConfinementTest, FindsLinksOutBehindALinkThatStaysInside) {
+  // repo/leaky/1 -> repo/store/1 (inside), whose weights link out: the loader
+  // would read repo/leaky/1/model.safetensors, i.e. the outside file.
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  dir_.MakeDir("repo/.store/1");
+  fs::create_symlink(dir_.Path("outside/1/model.safetensors"),
+                     dir_.Path("repo/.store/1/model.safetensors"));
+  fs::create_directory_symlink(dir_.Path("repo/.store/1"), dir_.Path("repo/leaky/1"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+  EXPECT_THAT(skipped_[0], HasSubstr(dir_.Path("repo/leaky/1/model.safetensors")));
+}
+
+TEST_F(RepositoryConfinementTest, SkipsModelWithBrokenLink) {
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  fs::create_directory_symlink(dir_.Path("nowhere"), dir_.Path("repo/leaky/1"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+  EXPECT_THAT(skipped_[0], HasSubstr("symbolic link that cannot be resolved"));
+}
+
+TEST_F(RepositoryConfinementTest, SkipsModelWithLinkToTheRepositoryItself) {
+  dir_.WriteFile("repo/leaky/config.pbtxt", "platform: \"groupnorm\"");
+  fs::create_directory_symlink(root_, dir_.Path("repo/leaky/1"));
+
+  EXPECT_THAT(Listed(1), ElementsAre("good"));
+}
+
+TEST_F(RepositoryConfinementTest, KeepsModelsWhoseLinksStayInside) {
+  // Versions shared between models through links inside the repository are
+  // fine, as are links to the model's own files.
+  dir_.WriteFile("repo/alias/config.pbtxt", "platform: \"groupnorm\"");
+  fs::create_directory_symlink(dir_.Path("repo/good/1"), dir_.Path("repo/alias/1"));
+  fs::create_directory_symlink("1", dir_.Path("repo/good/2"));
+  fs::create_symlink("../good/config.pbtxt", dir_.Path("repo/alias/copy.pbtxt"));
+
+  EXPECT_THAT(Listed(0), ElementsAre("alias", "good"));
+}
+
+TEST_F(RepositoryConfinementTest, IgnoresLinksDeeperThanTheLoaderReads) {
+  // Deeper than <version>/<file> nothing is opened, so nothing is checked.
+  dir_.MakeDir("repo/good/1/notes");
+  fs::create_symlink(dir_.Path("outside/config.pbtxt"), dir_.Path("repo/good/1/notes/link"));
+
+  EXPECT_THAT(Listed(0), ElementsAre("good"));
+}
+
+TEST_F(RepositoryConfinementTest, LogsTheReasonWhenNoListIsGiven) {
+  fs::create_symlink(dir_.Path("outside/config.pbtxt"), dir_.Path("repo/good/extra.pbtxt"));
+  ::testing::internal::CaptureStderr();
+  auto entries = ListRepository(root_);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  EXPECT_THAT(*entries, IsEmpty());
+  EXPECT_THAT(log, AllOf(HasSubstr("skipping model " + dir_.Path("repo/good")),
+                         HasSubstr("not inside the repository")));
+}
+
 class SelectVersionsTest : public ::testing::Test {
  protected:
   // A model directory "m" with version directories holding model.safetensors.
