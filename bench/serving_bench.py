@@ -1,0 +1,551 @@
+#!/usr/bin/env python3
+"""fuseserve against the peer (bench/peer_server.py: grpcio + PyTorch eager,
+no batching), and against itself with batching off, at the same settings.
+
+1. The model repository: the default one (`fuseserve-cli make-repository`,
+   --small under --quick) or a linked copy of --repository; plus
+   <gemm model>_nobatch, the same weights with max_batch_size 0 and no
+   dynamic_batching (every request runs alone; input dims [1, F_in]).
+2. fuseserve serves it, and `fuseserve-cli bench` measures every
+   configuration below, one fixed window per concurrency level after a
+   warm-up; then the same for the peer on the same repository (its worker
+   threads = the highest concurrency measured; cudnn.benchmark on, since
+   every request of a run has one shape). The servers run one after the
+   other, never side by side; one that cannot be measured (e.g. a peer
+   interpreter without grpcio) is reported and the other is still measured.
+3. A table (throughput, p50, p99, failures per server and level) and the
+   targets of issue 6 are printed last; --out gets all of it as JSON, with
+   each `bench` report unabridged.
+
+Configurations (1-row requests; concurrency low,high; --quick: small shapes,
+short windows, lower concurrency):
+  gemm       1 x F_in                        at 1 and 64   (+ fuseserve no batching)
+  conv       1 x C x H x W                   at 1 and 16
+  groupnorm  1 x C x 512 x 512 (-1 dims)     at 1 and 16
+Targets (issue 6): gemm at the high level >= 10x the peer's throughput and
+>= 5x fuseserve without batching; gemm at concurrency 1: fuseserve's p99
+below the peer's p50; conv and groupnorm at the high level >= 2x the peer's
+throughput. They are reported, not enforced: the exit code is 0 when every
+run completed with no failed or lost request, 1 otherwise, 2 on bad usage.
+
+Usage:
+  serving_bench.py --fuseserve BIN --cli BIN --out FILE [--quick]
+      [--repository DIR] [--logs DIR] [--peer-python PY] [--peer-server threads|aio]
+      [--peer-device auto|cuda|cpu] [--ld-library-path PATHS]
+      [--warmup-s S] [--duration-s S] [--channels N]
+
+--ld-library-path is prepended to LD_LIBRARY_PATH for fuseserve and the CLI
+only (a GPU host's packaged libraries must not shadow PyTorch's). The peer
+gets FUSESERVE_PY_STUBS from this environment, as the Python suites do.
+"""
+
+import argparse
+import atexit
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+_THIS_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(_THIS_DIR, "..", "tests", "python"))
+
+import fuseserve_testing as ft  # noqa: E402  (model_config stubs)
+from google.protobuf import text_format  # noqa: E402
+
+PEER_SERVER = os.path.join(_THIS_DIR, "peer_server.py")
+STARTUP_TIMEOUT_S = 600
+# Both servers write their port file once every model has loaded, so
+# readiness follows at once; a model that failed to load never gets ready.
+READY_TIMEOUT_S = 30
+
+FUSESERVE = "fuseserve"
+NOBATCH = "fuseserve_nobatch"
+PEER = "peer"
+SERVER_LABELS = {FUSESERVE: "fuseserve", NOBATCH: "fuseserve, no batching",
+                 PEER: "peer (PyTorch eager)"}
+
+
+# One family's requests and its (low, high) concurrency levels.
+Configuration = collections.namedtuple("Configuration", "label family levels quick_levels")
+
+CONFIGURATIONS = [
+    Configuration("gemm", ft.FAMILY_GEMM, (1, 64), (1, 4)),
+    Configuration("conv", ft.FAMILY_CONV, (1, 16), (1, 2)),
+    Configuration("groupnorm", ft.FAMILY_GROUPNORM, (1, 16), (1, 2)),
+]
+# Size of every -1 (spatial) dim of a request.
+SPATIAL, QUICK_SPATIAL = 512, 16
+
+# (configuration, level index: 0 low / 1 high, kind, server, other, factor):
+#   "throughput": server's infer/s >= factor x other's;
+#   "latency":    server's p99 < other's p50.
+TARGETS = [
+    ("gemm", 1, "throughput", FUSESERVE, PEER, 10.0),
+    ("gemm", 1, "throughput", FUSESERVE, NOBATCH, 5.0),
+    ("gemm", 0, "latency", FUSESERVE, PEER, None),
+    ("conv", 1, "throughput", FUSESERVE, PEER, 2.0),
+    ("groupnorm", 1, "throughput", FUSESERVE, PEER, 2.0),
+]
+
+
+def log(message):
+  print("== " + message, file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+  """A run that could not be made; the message says why."""
+
+
+# --------------------------------------------------------------------------
+# Servers.
+
+class ServerProcess(ft.ServerProcess):
+  """A server whose command writes {"grpc_port": P} to a port file once it
+  listens (fuseserve and the peer, both with --port-file). Its stdout and
+  stderr, and the port file, are in `log_dir`; stop() (SIGTERM, then the
+  exit code), kill() and output() are fuseserve_testing's.
+
+  command: the port file's path -> the argv to run.
+  """
+
+  def __init__(self, name, log_dir, command, env=None):
+    os.makedirs(log_dir, exist_ok=True)
+    super().__init__(repository=None, work_dir=log_dir)
+    self.name = name
+    self.command = command(self.port_file)
+    self.env = env
+
+  def _fail(self, what):
+    self.kill()
+    raise BenchError("%s %s\ncommand: %s\n%s" % (self.name, what, " ".join(self.command),
+                                                 self.output()))
+
+  def start(self, timeout_s=STARTUP_TIMEOUT_S):
+    """The port, once the port file names it."""
+    if os.path.exists(self.port_file):
+      os.remove(self.port_file)
+    with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+      self.process = subprocess.Popen(self.command, stdout=out, stderr=err,
+                                      stdin=subprocess.DEVNULL, env=self.env)
+    atexit.register(self.kill)
+    deadline = time.monotonic() + timeout_s
+    while True:
+      if self.process.poll() is not None:
+        self._fail("exited with code %d before listening" % self.process.returncode)
+      if time.monotonic() > deadline:
+        self._fail("wrote no port file within %d s" % timeout_s)
+      try:
+        with open(self.port_file) as f:
+          self.grpc_port = int(json.load(f)["grpc_port"])
+        if self.grpc_port > 0:
+          return self.grpc_port
+      except (OSError, ValueError, KeyError, TypeError):
+        pass
+      time.sleep(0.1)
+
+  def wait_ready(self, cli, url, models, timeout_s=READY_TIMEOUT_S):
+    """Polls `cli health` until the server and every model are ready."""
+    command = cli.command("--url", url, "health", *[a for m in models for a in ("--model", m)])
+    deadline = time.monotonic() + timeout_s
+    while True:
+      done = subprocess.run(command, capture_output=True, text=True, env=cli.env)
+      if done.returncode == 0:
+        return
+      if self.process.poll() is not None:
+        self._fail("exited with code %d while loading" % self.process.returncode)
+      if time.monotonic() > deadline:
+        self._fail("not ready within %d s:\n%s%s" % (timeout_s, done.stdout, done.stderr))
+      time.sleep(0.2)
+
+
+class Cli:
+  """fuseserve-cli with its environment."""
+
+  def __init__(self, path, env):
+    self.path = path
+    self.env = env
+
+  def command(self, *args):
+    return [self.path] + list(args)
+
+  def run(self, *args):
+    done = subprocess.run(self.command(*args), capture_output=True, text=True, env=self.env)
+    if done.returncode != 0:
+      raise BenchError("%s failed (exit %d):\n%s%s" % (" ".join(self.command(*args)),
+                                                       done.returncode, done.stdout, done.stderr))
+    return done.stdout
+
+
+# --------------------------------------------------------------------------
+# The repository.
+
+def _link_weights(source, destination):
+  """copytree's copy_function: weight files hard-linked where the file
+  system allows (the GEMM model's are 256 MiB), everything else copied so
+  that editing a copy never edits the original."""
+  if source.endswith(".safetensors"):
+    try:
+      os.link(source, destination)
+      return
+    except OSError:
+      pass
+  shutil.copy2(source, destination)
+
+
+def read_config(model_dir):
+  config = ft.protos().config.ModelConfig()
+  with open(os.path.join(model_dir, "config.pbtxt")) as f:
+    text_format.Parse(f.read(), config)
+  return config
+
+
+def add_nobatch_variant(repository, model):
+  """<model>_nobatch: the weights of `model`, max_batch_size 0, no
+  dynamic_batching, input and output dims with a leading 1."""
+  source = os.path.join(repository, model)
+  name = model + "_nobatch"
+  config = read_config(source)
+  if config.max_batch_size <= 0:
+    raise BenchError("model %s does not batch (max_batch_size %d); no variant to derive" %
+                     (model, config.max_batch_size))
+  config.name = name
+  config.max_batch_size = 0
+  config.ClearField("dynamic_batching")
+  for tensor in list(config.input) + list(config.output):
+    dims = [1] + list(tensor.dims)
+    del tensor.dims[:]
+    tensor.dims.extend(dims)
+  shutil.copytree(source, os.path.join(repository, name), copy_function=_link_weights)
+  with open(os.path.join(repository, name, "config.pbtxt"), "w") as f:
+    f.write(text_format.MessageToString(config))
+  return name
+
+
+def prepare_repository(args, cli, work_dir):
+  """(repository path, {family: model name}, gemm no-batching model name)."""
+  repository = os.path.join(work_dir, "models")
+  if args.repository:
+    shutil.copytree(args.repository, repository, copy_function=_link_weights)
+  else:
+    cli.run("make-repository", repository, *(["--small"] if args.quick else []))
+  by_family = {}
+  for name in sorted(os.listdir(repository)):
+    if os.path.isfile(os.path.join(repository, name, "config.pbtxt")):
+      by_family.setdefault(read_config(os.path.join(repository, name)).platform, name)
+  missing = [c.family for c in CONFIGURATIONS if c.family not in by_family]
+  if missing:
+    raise BenchError("the repository has no model of platform %s" % ", ".join(missing))
+  nobatch = add_nobatch_variant(repository, by_family[ft.FAMILY_GEMM])
+  return repository, by_family, nobatch
+
+
+# --------------------------------------------------------------------------
+# Measuring.
+
+def bench(cli, url, model, shape, levels, args, json_path, text_path):
+  """One `fuseserve-cli bench` run over `levels`; its JSON report."""
+  command = cli.command("bench", model, "--url", url,
+                        "--concurrency", ",".join(str(c) for c in levels),
+                        "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
+                        "--channels", str(args.channels), "--json", json_path,
+                        "--quiet", "--allow-errors")
+  if shape is not None:
+    command += ["--shape", ",".join(str(d) for d in shape)]
+  with open(text_path, "w") as out:
+    done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=cli.env)
+  if done.returncode != 0 or not os.path.isfile(json_path):
+    with open(text_path, errors="replace") as f:
+      raise BenchError("%s failed (exit %d):\n%s" % (" ".join(command), done.returncode,
+                                                     f.read()[-4000:]))
+  with open(json_path) as f:
+    return json.load(f)
+
+
+def level_summary(report, concurrency):
+  for level in report["levels"]:
+    if level["concurrency"] == concurrency:
+      return {"inferences_per_s": level["throughput"]["inferences_per_s"],
+              "p50_ms": level["latency_us"]["p50"] / 1e3,
+              "p99_ms": level["latency_us"]["p99"] / 1e3,
+              "failed": level["requests"]["failed"],
+              "lost": level["requests"]["lost"],
+              "avg_batch_size": level["server"]["avg_batch_size"],
+              "server_statistics": level["server"]["available"]}
+  raise BenchError("bench report of %s has no concurrency %d" % (report["model"], concurrency))
+
+
+def measure_server(server, runs, cli, args):
+  """Starts `server` (a ServerProcess), benches each of `runs`
+  [(key, model, shape, levels)], stops it; {key: bench report}."""
+  log("%s (logs: %s)" % (server.name, server.work_dir))
+  port = server.start()
+  url = "127.0.0.1:%d" % port
+  reports = {}
+  try:
+    server.wait_ready(cli, url, [model for _, model, _, _ in runs])
+    for key, model, shape, levels in runs:
+      log("%s: %s at concurrency %s" % (server.name, model, ",".join(map(str, levels))))
+      stem = os.path.join(args.logs, "%s-%s" % (server.name, key))
+      reports[key] = bench(cli, url, model, shape, levels, args, stem + ".json", stem + ".txt")
+      for level in reports[key]["levels"]:
+        log("  concurrency %d: %.1f infer/s, p50 %.3f ms, p99 %.3f ms" % (
+            level["concurrency"], level["throughput"]["inferences_per_s"],
+            level["latency_us"]["p50"] / 1e3, level["latency_us"]["p99"] / 1e3))
+  finally:
+    code = server.stop()
+  if code != 0:
+    raise BenchError("%s did not exit 0 on SIGTERM (exit code %s)\n%s" % (
+        server.name, code, server.output()))
+  return reports
+
+
+# --------------------------------------------------------------------------
+# Results.
+
+def build_rows(configurations, plans, reports):
+  """One row per (configuration, level): {server: level summary}."""
+  rows = []
+  for configuration in configurations:
+    plan = plans[configuration.label]
+    for concurrency in plan["levels"]:
+      row = {"configuration": configuration.label, "model": plan["model"],
+             "shape": [1] + plan["shape"], "concurrency": concurrency, "servers": {}}
+      for server in (FUSESERVE, NOBATCH, PEER):
+        report = reports.get(server, {}).get(configuration.label)
+        if report is not None:
+          row["servers"][server] = level_summary(report, concurrency)
+      peer = row["servers"].get(PEER)
+      ours = row["servers"].get(FUSESERVE)
+      if peer and ours and peer["inferences_per_s"] > 0:
+        row["fuseserve_over_peer"] = ours["inferences_per_s"] / peer["inferences_per_s"]
+      rows.append(row)
+  return rows
+
+
+def evaluate_targets(rows, plans):
+  results = []
+  for label, level_index, kind, server, other, factor in TARGETS:
+    concurrency = plans[label]["levels"][level_index]
+    row = next(r for r in rows if r["configuration"] == label and r["concurrency"] == concurrency)
+    mine, theirs = row["servers"].get(server), row["servers"].get(other)
+    result = {"configuration": label, "concurrency": concurrency, "kind": kind,
+              "server": server, "against": other}
+    if kind == "throughput":
+      result["factor"] = factor
+      result["text"] = "%s c%d: %s >= %gx %s throughput" % (
+          label, concurrency, SERVER_LABELS[server], factor, SERVER_LABELS[other])
+      if mine and theirs and theirs["inferences_per_s"] > 0:
+        result["value"] = mine["inferences_per_s"] / theirs["inferences_per_s"]
+        result["met"] = result["value"] >= factor
+    else:
+      result["text"] = "%s c%d: %s p99 < %s p50" % (
+          label, concurrency, SERVER_LABELS[server], SERVER_LABELS[other])
+      if mine and theirs:
+        result["value"] = {"p99_ms": mine["p99_ms"], "other_p50_ms": theirs["p50_ms"]}
+        result["met"] = mine["p99_ms"] < theirs["p50_ms"]
+    result.setdefault("met", None)
+    results.append(result)
+  return results
+
+
+def format_table(rows, targets):
+  lines = []
+  header = ("config", "request", "conc", "server", "infer/s", "p50 ms", "p99 ms",
+            "avg batch", "failed", "vs peer")
+  table = [header]
+  for row in rows:
+    first = True
+    for server in (FUSESERVE, NOBATCH, PEER):
+      s = row["servers"].get(server)
+      if s is None:
+        continue
+      ratio = ""
+      if server == FUSESERVE and "fuseserve_over_peer" in row:
+        ratio = "%.2fx" % row["fuseserve_over_peer"]
+      table.append((row["configuration"] if first else "",
+                    "x".join(map(str, row["shape"])) if first else "",
+                    str(row["concurrency"]) if first else "",
+                    SERVER_LABELS[server], "%.1f" % s["inferences_per_s"],
+                    "%.3f" % s["p50_ms"], "%.3f" % s["p99_ms"],
+                    "%.2f" % s["avg_batch_size"] if s["server_statistics"] else "n/a",
+                    str(s["failed"] + s["lost"]), ratio))
+      first = False
+  widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+  for r in table:
+    lines.append("  ".join(cell.ljust(w) if i < 4 else cell.rjust(w)
+                           for i, (cell, w) in enumerate(zip(r, widths))).rstrip())
+  lines.append("")
+  lines.append("targets (issue 6):")
+  for t in targets:
+    verdict = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
+    if isinstance(t.get("value"), float):
+      value = "%.2fx" % t["value"]
+    elif "value" in t:
+      value = "p99 %.3f ms vs p50 %.3f ms" % (t["value"]["p99_ms"], t["value"]["other_p50_ms"])
+    else:
+      value = "not measured"
+    lines.append("  %-7s %s: %s" % (verdict, t["text"], value))
+  return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(
+      description="fuseserve against the PyTorch-eager peer and against itself without "
+                  "batching, driven by fuseserve-cli bench.")
+  parser.add_argument("--fuseserve", required=True, help="the fuseserve binary")
+  parser.add_argument("--cli", required=True, help="the fuseserve-cli binary")
+  parser.add_argument("--out", required=True, help="JSON results file")
+  parser.add_argument("--quick", action="store_true",
+                      help="small repository, short windows, low concurrency (a smoke test)")
+  parser.add_argument("--repository", default="",
+                      help="serve this repository (copied with links) instead of the default")
+  parser.add_argument("--logs", default="",
+                      help="directory for server logs and every bench report (default: "
+                           "<out>.logs)")
+  parser.add_argument("--peer-python", default=sys.executable,
+                      help="interpreter of the peer (needs torch and grpcio)")
+  parser.add_argument("--peer-server", choices=("threads", "aio"), default="threads")
+  parser.add_argument("--peer-device", choices=("auto", "cuda", "cpu"), default="auto")
+  parser.add_argument("--ld-library-path", default="",
+                      help="prepended to LD_LIBRARY_PATH for fuseserve and the CLI only")
+  parser.add_argument("--warmup-s", type=float, default=None, help="default 3 (quick 0.3)")
+  parser.add_argument("--duration-s", type=float, default=None,
+                      help="measured window per level; default 10 (quick 0.6)")
+  parser.add_argument("--channels", type=int, default=4, help="gRPC channels of the client")
+  args = parser.parse_args(argv)
+  if args.warmup_s is None:
+    args.warmup_s = 0.3 if args.quick else 3.0
+  if args.duration_s is None:
+    args.duration_s = 0.6 if args.quick else 10.0
+  for path in (args.fuseserve, args.cli):
+    if not os.access(path, os.X_OK):
+      parser.error("%s is not an executable file" % path)
+  if args.repository and not os.path.isdir(args.repository):
+    parser.error("--repository %s is not a directory" % args.repository)
+  if not args.logs:
+    args.logs = os.path.splitext(args.out)[0] + ".logs"
+  return args
+
+
+def native_env(ld_library_path):
+  env = dict(os.environ)
+  if ld_library_path:
+    env["LD_LIBRARY_PATH"] = ld_library_path + (
+        ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+  return env
+
+
+def check_peer_python(python):
+  done = subprocess.run([python, "-c", "import grpc, google.protobuf, torch"],
+                        capture_output=True, text=True)
+  if done.returncode != 0:
+    raise BenchError("the peer's interpreter %s cannot import grpc, protobuf and torch:\n%s" %
+                     (python, done.stderr.strip()))
+
+
+def plan_configurations(args, repository, by_family):
+  """{label: {model, levels, shape (non-batch dims), variable}}."""
+  spatial = QUICK_SPATIAL if args.quick else SPATIAL
+  plans = {}
+  for c in CONFIGURATIONS:
+    model = by_family[c.family]
+    dims = list(read_config(os.path.join(repository, model)).input[0].dims)
+    plans[c.label] = {"model": model, "levels": list(c.quick_levels if args.quick else c.levels),
+                      "shape": [spatial if d == -1 else d for d in dims], "variable": -1 in dims}
+  return plans
+
+
+def measure(args, cli, repository, plans, nobatch):
+  """({server: {configuration: bench report}}, [errors]). A server that
+  cannot be measured is an error, and the other is still measured."""
+  # --shape only where the config has -1 dims; otherwise bench takes the
+  # metadata's dims, which also fit the no-batching variant.
+  runs = [(label, plan["model"], plan["shape"] if plan["variable"] else None, plan["levels"])
+          for label, plan in plans.items()]
+  max_concurrency = max(max(plan["levels"]) for plan in plans.values())
+  reports, errors = {}, []
+  fuseserve = ServerProcess(
+      FUSESERVE, os.path.join(args.logs, FUSESERVE),
+      lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
+                         "--metrics-port=0", "--port-file=" + port_file], cli.env)
+  try:
+    served = measure_server(
+        fuseserve, runs + [("gemm_nobatch", nobatch, None, plans["gemm"]["levels"])], cli, args)
+    reports[NOBATCH] = {"gemm": served.pop("gemm_nobatch")}
+    reports[FUSESERVE] = served
+  except BenchError as e:
+    errors.append(str(e))
+  # The peer's concurrency limit is the highest level measured, so that no
+  # request waits for a worker thread that the client's load would not.
+  peer = ServerProcess(
+      PEER, os.path.join(args.logs, PEER),
+      lambda port_file: [args.peer_python, PEER_SERVER, "--model-repository", repository,
+                         "--address", "127.0.0.1", "--port", "0", "--port-file", port_file,
+                         "--device", args.peer_device, "--server", args.peer_server,
+                         "--max-concurrency", str(max_concurrency), "--cudnn-benchmark"])
+  try:
+    check_peer_python(args.peer_python)
+    reports[PEER] = measure_server(peer, runs, cli, args)
+  except BenchError as e:
+    errors.append(str(e))
+  return reports, errors, max_concurrency
+
+
+def run(args):
+  os.makedirs(args.logs, exist_ok=True)
+  cli = Cli(args.cli, native_env(args.ld_library_path))
+  work_dir = tempfile.mkdtemp(prefix="serving_bench_")
+  try:
+    log("repository in %s" % work_dir)
+    repository, by_family, nobatch = prepare_repository(args, cli, work_dir)
+    plans = plan_configurations(args, repository, by_family)
+    reports, errors, max_concurrency = measure(args, cli, repository, plans, nobatch)
+  finally:
+    shutil.rmtree(work_dir, ignore_errors=True)
+
+  rows = build_rows(CONFIGURATIONS, plans, reports)
+  targets = evaluate_targets(rows, plans)
+  result = {
+      "settings": {"quick": args.quick, "warmup_s": args.warmup_s,
+                   "duration_s": args.duration_s, "channels": args.channels,
+                   "peer_server": args.peer_server, "peer_device": args.peer_device,
+                   "peer_max_concurrency": max_concurrency,
+                   "repository": args.repository or "default (fuseserve-cli make-repository%s)"
+                                 % (" --small" if args.quick else "")},
+      "rows": rows,
+      "targets": targets,
+      "errors": errors,
+      "reports": reports,
+  }
+  with open(args.out, "w") as f:
+    json.dump(result, f, indent=1)
+  failures = sum(s["failed"] + s["lost"] for row in rows for s in row["servers"].values())
+  for error in errors:
+    print("serving_bench: %s" % error, file=sys.stderr)
+  print(format_table(rows, targets))
+  if failures:
+    print("%d request(s) failed or were lost" % failures)
+  if errors:
+    print("%d server(s) could not be measured (messages above, on stderr)" % len(errors))
+  print("results: %s (bench reports and server logs: %s)" % (args.out, args.logs))
+  return 0 if failures == 0 and not errors else 1
+
+
+def main(argv):
+  args = parse_args(argv)
+  try:
+    return run(args)
+  except BenchError as e:
+    print("serving_bench: %s" % e, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
