@@ -281,7 +281,8 @@ def level_summary(report, concurrency):
 
 def measure_server(server, runs, cli, args):
   """Starts `server` (a ServerProcess), benches each of `runs`
-  [(key, model, shape, levels)], stops it; {key: bench report}."""
+  [(key, model, shape, levels)], stops it; ({key: bench report}, None or
+  the message of an unclean exit)."""
   log("%s (logs: %s)" % (server.name, server.work_dir))
   port = server.start()
   url = "127.0.0.1:%d" % port
@@ -298,10 +299,12 @@ def measure_server(server, runs, cli, args):
             level["latency_us"]["p50"] / 1e3, level["latency_us"]["p99"] / 1e3))
   finally:
     code = server.stop()
+  stop_error = None
   if code != 0:
-    raise BenchError("%s did not exit 0 on SIGTERM (exit code %s)\n%s" % (
-        server.name, code, server.output()))
-  return reports
+    # Reported as an error, but the measurements stand: they were taken.
+    stop_error = "%s did not exit 0 on SIGTERM (exit code %s)\n%s" % (
+        server.name, code, server.output())
+  return reports, stop_error
 
 
 # --------------------------------------------------------------------------
@@ -476,10 +479,12 @@ def measure(args, cli, repository, plans, nobatch):
       lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
                          "--metrics-port=0", "--port-file=" + port_file], cli.env)
   try:
-    served = measure_server(
+    served, stop_error = measure_server(
         fuseserve, runs + [("gemm_nobatch", nobatch, None, plans["gemm"]["levels"])], cli, args)
     reports[NOBATCH] = {"gemm": served.pop("gemm_nobatch")}
     reports[FUSESERVE] = served
+    if stop_error:
+      errors.append(stop_error)
   except BenchError as e:
     errors.append(str(e))
   # The peer's concurrency limit is the highest level measured, so that no
@@ -492,7 +497,9 @@ def measure(args, cli, repository, plans, nobatch):
                          "--max-concurrency", str(max_concurrency), "--cudnn-benchmark"])
   try:
     check_peer_python(args.peer_python)
-    reports[PEER] = measure_server(peer, runs, cli, args)
+    reports[PEER], stop_error = measure_server(peer, runs, cli, args)
+    if stop_error:
+      errors.append(stop_error)
   except BenchError as e:
     errors.append(str(e))
   return reports, errors, max_concurrency
@@ -533,7 +540,7 @@ def run(args):
   if failures:
     print("%d request(s) failed or were lost" % failures)
   if errors:
-    print("%d server(s) could not be measured (messages above, on stderr)" % len(errors))
+    print("%d error(s) (messages above, on stderr)" % len(errors))
   print("results: %s (bench reports and server logs: %s)" % (args.out, args.logs))
   return 0 if failures == 0 and not errors else 1
 

@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <utility>
 
@@ -320,8 +320,19 @@ absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path));
+  // A directory opens, but reading it fails (EISDIR).
+  std::error_code error;
+  const uintmax_t size = std::filesystem::file_size(path, error);
+  if (error || !std::filesystem::is_regular_file(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  }
+  // istream::read reports a failed read through the stream state; reading
+  // through istreambuf_iterator lets libstdc++ throw instead.
+  std::string bytes(size, '\0');
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(size)) ||
+      in.peek() != std::ifstream::traits_type::eof()) {
+    return absl::DataLossError(absl::StrCat("error reading ", path, " (did it change?)"));
+  }
   return ParseNpy(bytes, path);
 }
 

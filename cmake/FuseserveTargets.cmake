@@ -6,16 +6,13 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   list(APPEND FUSESERVE_WARNINGS -Wthread-safety)
 endif()
 
-set(FUSESERVE_SANITIZER_FLAGS "")
-if(FUSESERVE_SANITIZE)
-  string(REPLACE ";" "," _fuseserve_sanitizers "${FUSESERVE_SANITIZE}")
-  set(FUSESERVE_SANITIZER_FLAGS -fsanitize=${_fuseserve_sanitizers} -fno-omit-frame-pointer)
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/Sanitizers.cmake)
 
 # fuseserve_target(<target>): our compile options on a C++ (and CUDA) target.
 function(fuseserve_target target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:${FUSESERVE_WARNINGS} ${FUSESERVE_SANITIZER_FLAGS}>
+    $<$<COMPILE_LANGUAGE:CXX>:${FUSESERVE_WARNINGS} ${FUSESERVE_SANITIZER_FLAGS}
+                              ${FUSESERVE_FUZZER_COMPILE_FLAGS}>
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings --expt-relaxed-constexpr -lineinfo>)
   target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
   if(FUSESERVE_SANITIZER_FLAGS)

@@ -15,12 +15,15 @@ BUILD_PACKAGES=(
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev nlohmann-json3-dev
   libopenblas-dev
 )
-# The unit tests, the PyTorch parity and protocol suites, and the deployment
-# tests with a real Prometheus and nginx.
+# The unit tests, the PyTorch parity and protocol suites, the deployment
+# tests with a real Prometheus and nginx, and the sanitizer and fuzz stages of
+# scripts/test.sh (clang with its sanitizer and libFuzzer runtimes; dpkg-dev
+# unpacks the Abseil source that scripts/tsan_abseil.sh rebuilds under TSan).
 TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-grpcio python3-grpc-tools python3-protobuf python3-torch
-  python3-yaml prometheus nginx
+  python3-yaml prometheus nginx openssl
+  clang libclang-rt-14-dev dpkg-dev
 )
 case "${1:-}" in
   "") PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;

@@ -62,11 +62,16 @@ __device__ __forceinline__ float Mish(float x) {
   return x * n / (n + 2.0f);
 }
 
-// Mish(Hardtanh((input[index] + gemm_bias[c]) + bias[c])).
+// Mish(Hardtanh((input[index] + gemm_bias[c]) + bias[c])). Hardtanh by
+// comparisons, not fminf/fmaxf, which return the other operand for a NaN:
+// PyTorch's hardtanh passes a NaN through (and Mish and GroupNorm then make
+// the group NaN).
 __device__ __forceinline__ float Activate(const EpilogueArgs& a, int64_t index, int64_t channel) {
   const float v =
       (a.input[index] + LoadOr(a.gemm_bias, channel, 0.0f)) + LoadOr(a.bias, channel, 0.0f);
-  return Mish(fminf(fmaxf(v, a.hardtanh_min), a.hardtanh_max));
+  const float clamped =
+      v < a.hardtanh_min ? a.hardtanh_min : (v > a.hardtanh_max ? a.hardtanh_max : v);
+  return Mish(clamped);
 }
 
 // Sum over the kWidth aligned lanes that share a group (xor offsets below

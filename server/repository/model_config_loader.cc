@@ -42,6 +42,11 @@ class CollectingErrorCollector : public google::protobuf::io::ErrorCollector {
   std::vector<std::string> errors_;
 };
 
+// <model_dir>/config.pbtxt, the name every message gives the config.
+std::string ConfigPath(const std::string& model_dir) {
+  return (fs::path(model_dir) / "config.pbtxt").string();
+}
+
 // The basename of `dir`, ignoring trailing separators ("a/b/" -> "b").
 std::string DirectoryName(const std::string& dir) {
   fs::path path(dir);
@@ -187,7 +192,7 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfig(const std::string& pbtxt
 }
 
 absl::StatusOr<inference::ModelConfig> LoadModelConfig(const std::string& model_dir) {
-  const std::string path = (fs::path(model_dir) / "config.pbtxt").string();
+  const std::string path = ConfigPath(model_dir);
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (status.type() == fs::file_type::not_found) {
@@ -204,7 +209,13 @@ absl::StatusOr<inference::ModelConfig> LoadModelConfig(const std::string& model_
   if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot open ", path));
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path));
-  ASSIGN_OR_RETURN(inference::ModelConfig config, ParseModelConfig(text, path));
+  return LoadModelConfigFromText(text, model_dir);
+}
+
+absl::StatusOr<inference::ModelConfig> LoadModelConfigFromText(const std::string& pbtxt,
+                                                               const std::string& model_dir) {
+  const std::string path = ConfigPath(model_dir);
+  ASSIGN_OR_RETURN(inference::ModelConfig config, ParseModelConfig(pbtxt, path));
 
   const std::string directory_name = DirectoryName(model_dir);
   if (config.name().empty()) {

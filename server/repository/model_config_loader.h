@@ -38,4 +38,10 @@ absl::StatusOr<inference::ModelConfig> ParseModelConfig(const std::string& pbtxt
 // accepted: such a model runs every request alone.
 absl::StatusOr<inference::ModelConfig> LoadModelConfig(const std::string& model_dir);
 
+// LoadModelConfig on text already read: `pbtxt` is the contents of
+// <model_dir>/config.pbtxt (the directory is only used for its name and in
+// messages; nothing is read from it). The config fuzzer's entry point.
+absl::StatusOr<inference::ModelConfig> LoadModelConfigFromText(const std::string& pbtxt,
+                                                               const std::string& model_dir);
+
 }  // namespace fuseserve

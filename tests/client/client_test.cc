@@ -175,15 +175,15 @@ class Completions {
   }
   std::vector<std::pair<int, absl::StatusOr<InferResult>>> Wait() {
     absl::MutexLock lock(&mutex_);
-    mutex_.Await(absl::Condition(
-        +[](Completions* self) {
-          return static_cast<int>(self->results_.size()) >= self->expected_;
-        },
-        this));
+    mutex_.Await(absl::Condition(this, &Completions::Done));
     return results_;
   }
 
  private:
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return static_cast<int>(results_.size()) >= expected_;
+  }
+
   absl::Mutex mutex_;
   const int expected_;
   std::vector<std::pair<int, absl::StatusOr<InferResult>>> results_ ABSL_GUARDED_BY(mutex_);

@@ -262,6 +262,16 @@ TEST(NpyTest, ReportsMissingFilesAndMismatchedWrites) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(NpyTest, RefusesADirectoryInsteadOfThrowing) {
+  // libstdc++ throws from a stream read that fails with EISDIR.
+  const std::string directory = TempPath("a-directory.npy");
+  std::filesystem::create_directories(directory);
+  const auto array = ReadNpyFile(directory);
+  std::filesystem::remove(directory);
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(array.status().message(), HasSubstr(directory + " is not a regular file"));
+}
+
 // NumPy interoperability, with the system interpreter's numpy.
 class NpyNumpyTest : public ::testing::Test {
  protected:

@@ -263,13 +263,26 @@ TEST_F(BadRequestsTest, EachMalformedRequestGetsItsCodeAndAMessageNamingTheProbl
   ExpectServesAGoodRequest();
 }
 
-// A leak of the rejected requests (128 KiB of them per round) or of their
-// error paths would grow the resident set by MiBs over the rounds.
+// A leak of the rejected requests (128 KiB of them per round: 6.25 MiB over
+// the rounds) or of their error paths would grow the resident set past the
+// bound; allocator noise measured up to 2 MiB (16-core GPU host, 20 rounds).
+// Not under the sanitizers: their allocators (ASan's quarantine, TSan's
+// shadow memory) grow the resident set by design, and LeakSanitizer checks
+// for leaks there.
 TEST_F(BadRequestsTest, ServerKeepsServingWithFlatMemoryAfterRepeatedBadRequests) {
-  constexpr int kRounds = 20;
-  constexpr int64_t kMaxGrowthBytes = 3 << 19;  // 1.5 MiB; rounds vary by a few 100 KiB
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "resident-set check not meaningful under a sanitizer's allocator";
+#endif
+#endif
+  constexpr int kRounds = 50;
+  constexpr int64_t kMaxGrowthBytes = int64_t{3} << 20;
   const std::vector<BadRequest> rows = BadRequests();
-  SendTable(rows);  // warm-up: connections, arenas, first-use allocations
+  // Warm-up: connections, first-use allocations, and one malloc arena per
+  // gRPC thread that serves a request (more threads, so more warm-up, on a
+  // many-core host: one warm-up round left 2 MiB of growth on a 16-core one).
+  constexpr int kWarmupRounds = 5;
+  for (int round = 0; round < kWarmupRounds; ++round) SendTable(rows);
   ExpectServesAGoodRequest();
   absl::StatusOr<int64_t> before = server_->ResidentBytes();
   ASSERT_TRUE(before.ok()) << before.status();

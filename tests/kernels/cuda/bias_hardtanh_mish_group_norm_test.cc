@@ -2,7 +2,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -173,6 +175,24 @@ TEST_F(CudaBiasHardtanhMishGroupNormTest, RunsInPlace) {
 
 // A group whose values all clamp to the same bound has zero variance: the
 // output is exactly gn_bias (rsqrt(eps) times an exact zero).
+// As PyTorch: hardtanh and Mish pass a NaN through, so its GroupNorm group
+// is NaN; the other groups are untouched. Groups held in registers (32
+// channels) and groups too large for them (2048, the three-pass kernel).
+TEST_F(CudaBiasHardtanhMishGroupNormTest, NanInputMakesItsGroupNan) {
+  for (const int64_t channels_per_group : {32, 2048}) {
+    const BiasHardtanhMishGroupNormParams p = Params(2, 4096, 4096 / channels_per_group);
+    Data d = MakeData(p, /*normal=*/true, 6);
+    const int64_t bad = p.channels + channels_per_group + 3;  // row 1, its second group
+    d.input[bad] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> actual = Run(p, d);
+    ASSERT_EQ(actual.size(), d.input.size());
+    for (int64_t i = 0; i < p.batch * p.channels; ++i) {
+      EXPECT_EQ(std::isnan(actual[i]), i / channels_per_group == bad / channels_per_group)
+          << channels_per_group << " channels per group, at " << i;
+    }
+  }
+}
+
 TEST_F(CudaBiasHardtanhMishGroupNormTest, ConstantGroupGivesTheGroupNormBias) {
   const BiasHardtanhMishGroupNormParams p = Params(2, 64, 2);
   Data d = MakeData(p, /*normal=*/false, 5);

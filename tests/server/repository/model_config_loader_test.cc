@@ -227,5 +227,21 @@ TEST_F(LoadModelConfigTest, RejectsWeightsFilenameOutsideVersionDirectory) {
   EXPECT_TRUE(Load(MinimalConfig() + "default_model_filename: \"w.safetensors\"\n").ok());
 }
 
+TEST(LoadModelConfigFromTextTest, AppliesTheFileRulesWithoutReadingTheDirectory) {
+  // The directory does not exist: only its name is used.
+  auto config = LoadModelConfigFromText(MinimalConfig(), "/nonexistent/models/m");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->name(), "m");
+  EXPECT_EQ(config->instance_group_size(), 1);
+
+  const absl::Status status =
+      LoadModelConfigFromText("platform: \"groupnorm\"\nmax_batch_size: -1\n",
+                              "/nonexistent/models/m")
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), AllOf(HasSubstr("/nonexistent/models/m/config.pbtxt"),
+                                                   HasSubstr("max_batch_size is -1")));
+}
+
 }  // namespace
 }  // namespace fuseserve
