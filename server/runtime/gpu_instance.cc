@@ -94,6 +94,25 @@ class GpuInstance final : public Instance {
         options_.device, ": ", allocated.message()));
   }
 
+  // Buffers for a whole batch (max_batch_size) of `input_shape`'s samples,
+  // so that the first batch of a new sample shape sizes them for every batch
+  // size that can follow and memory stops growing after warm-up (a soak of
+  // variable-size models saw device and pinned memory step up by one
+  // sample's buffers each time a larger batch first formed, minutes in).
+  // Exactly `input_shape` when a whole batch does not fit.
+  absl::Status ReserveForBatchesOf(const Shape& input_shape) {
+    const int64_t max_batch = options_.max_input_shape.empty() ? 0 : options_.max_input_shape[0];
+    if (!input_shape.empty() && max_batch > input_shape[0]) {
+      Shape full_batch = input_shape;
+      full_batch[0] = max_batch;
+      if (full_batch != unreservable_) {
+        if (Reserve(full_batch).ok()) return absl::OkStatus();
+        unreservable_ = full_batch;  // not retried at every batch of this shape
+      }
+    }
+    return Reserve(input_shape);
+  }
+
   void Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch) override {
     if (batch.empty()) return;
     const absl::Time start = options_.clock->Now();
@@ -135,7 +154,7 @@ class GpuInstance final : public Instance {
     const absl::Time start = options_.clock->Now();
     const Shape input_shape = StackedInputShape(batch);
     ASSIGN_OR_RETURN(const Shape output_shape, options_.model->OutputShape(input_shape));
-    RETURN_IF_ERROR(Reserve(input_shape));
+    RETURN_IF_ERROR(ReserveForBatchesOf(input_shape));
     const size_t in_bytes = NumElements(input_shape) * sizeof(float);
     const size_t out_bytes = NumElements(output_shape) * sizeof(float);
 
@@ -185,6 +204,7 @@ class GpuInstance final : public Instance {
   cuda::Event start_, input_done_, infer_done_, output_done_;
   cuda::DeviceBuffer device_input_, device_output_;
   cuda::PinnedBuffer pinned_input_, pinned_output_;
+  Shape unreservable_;  // the last whole-batch shape that did not fit
   std::atomic<bool> healthy_{true};
 };
 

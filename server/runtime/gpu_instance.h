@@ -41,8 +41,8 @@ struct GpuInstanceOptions {
   ModelMetrics* metrics = nullptr;
   // The largest input the batcher can hand over: [max_batch_size] + config
   // dims when batching, else the config dims. Buffers for it are allocated
-  // at creation when it has no -1; otherwise at the first batch of each new
-  // largest size.
+  // at creation when it has no -1; otherwise, at the first batch of each new
+  // largest sample shape, for max_batch_size samples of it.
   Shape max_input_shape;
 };
 
