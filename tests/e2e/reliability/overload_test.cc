@@ -136,7 +136,10 @@ TEST_F(OverloadTest, TimeoutsAndDeadlinesExpireRequestsInTheQueue) {
   EXPECT_THAT(by_parameter->status.error_message(), HasSubstr("timed out in the queue after"));
   EXPECT_THAT(by_parameter->status.error_message(), HasSubstr("(queue timeout 50000 us)"));
   EXPECT_GE(by_parameter->latency(), absl::Milliseconds(50));
-  EXPECT_GE(by_deadline->latency(), absl::Milliseconds(100));
+  // The client's gRPC timer, not the server, ends this call, and gRPC's
+  // timers may fire a few ms early (96 ms seen under TSan): the point is
+  // that it waited for its deadline, not that it was answered at once.
+  EXPECT_GE(by_deadline->latency(), absl::Milliseconds(90));
   EXPECT_THAT(by_policy->status.error_message(), HasSubstr("(queue timeout 200000 us)"));
   EXPECT_GE(by_policy->latency(), absl::Milliseconds(200));
   EXPECT_THAT(not_lengthened->status.error_message(), HasSubstr("(queue timeout 200000 us)"));
