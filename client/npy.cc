@@ -196,8 +196,10 @@ std::string DtypeName(absl::string_view descr) {
   if (descr.size() < 2) return "";
   const char order = descr[0];
   const char kind = descr[1];
+  // Item sizes of NumPy's simple dtypes are 1 to 16 bytes; anything else
+  // (including sizes whose bit count would overflow) is not a simple dtype.
   int64_t size = 0;
-  if (!absl::SimpleAtoi(descr.substr(2), &size)) size = 0;
+  if (!absl::SimpleAtoi(descr.substr(2), &size) || size < 1 || size > 16) return "";
   std::string name;
   switch (kind) {
     case 'f':

@@ -272,6 +272,17 @@ TEST(NpyTest, RefusesADirectoryInsteadOfThrowing) {
   EXPECT_THAT(array.status().message(), HasSubstr(directory + " is not a regular file"));
 }
 
+// Found by the npy fuzzer: the dtype's readable name multiplied a huge item
+// size by 8 (signed overflow) while building the error message.
+TEST(NpyTest, RefusesAnAbsurdItemSizeWithoutOverflow) {
+  const auto array = ParseNpy(
+      HandMadeNpy("{'descr': '<f4000000000000000080', 'fortran_order': False, 'shape': (2,), }",
+                  FloatBytes({1.0f, 2.0f})),
+      "huge.npy");
+  EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(array.status().message(), HasSubstr("<f4000000000000000080"));
+}
+
 // NumPy interoperability, with the system interpreter's numpy.
 class NpyNumpyTest : public ::testing::Test {
  protected:
