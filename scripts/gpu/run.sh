@@ -9,10 +9,7 @@
 #   scripts/gpu/run.sh kernels   # GPU unit tests + sanitizers + kernel benchmark
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/fuseserve-gpu-out}
-mkdir -p "$OUT"
-PKG=/tmp/fuseserve-devpkg
-mkdir -p "$PKG" && tar -C "$PKG" -xJf .devpkg/pkg.tar.xz
+source scripts/gpu/unpack_package.sh
 export LD_LIBRARY_PATH=$PKG/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 BIN=$PKG/bin
 status=0

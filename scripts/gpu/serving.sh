@@ -11,10 +11,7 @@
 # from the package, as for the Python suites of run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/fuseserve-gpu-out}
-mkdir -p "$OUT"
-PKG=/tmp/fuseserve-devpkg
-mkdir -p "$PKG" && tar -C "$PKG" -xJf .devpkg/pkg.tar.xz
+source scripts/gpu/unpack_package.sh
 for binary in fuseserve fuseserve-cli; do
   if [ ! -x "$PKG/bin/$binary" ]; then
     echo "serving.sh: $binary is not in .devpkg (scripts/gpu/package.sh must pack it)" >&2

@@ -8,10 +8,7 @@
 #   scripts/gpu/soak.sh --duration-s 540   # any bench/soak.py flag
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-OUT=${OUT:-/tmp/fuseserve-gpu-out}
-mkdir -p "$OUT"
-PKG=/tmp/fuseserve-devpkg
-mkdir -p "$PKG" && tar -C "$PKG" -xJf .devpkg/pkg.tar.xz
+source scripts/gpu/unpack_package.sh
 nvidia-smi -L || true
 # The packaged libraries go to fuseserve and the CLI only (see serving.sh).
 FUSESERVE_PY_STUBS=$PKG/pystubs python3 bench/soak.py \
