@@ -31,6 +31,7 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
     for (const auto& request : batch) {
       const int64_t count = NumElements(request->input_shape);
       std::memcpy(cursor, request->input, count * sizeof(float));
+      ++request->host_copies;
       cursor += count;
     }
     input = input_buffer_.data();
@@ -64,6 +65,7 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
       const Shape shape = RequestOutputShape(*output_shape, *request, batch.size());
       const int64_t count = NumElements(shape);
       std::memcpy(request->allocate_output(shape), cursor, count * sizeof(float));
+      ++request->host_copies;
       cursor += count;
     }
   }

@@ -15,15 +15,21 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
 #include "server/runtime/batch_io.h"
+#include "server/runtime/cuda_graph_cache.h"
 
 namespace fuseserve {
 namespace {
 
-// Owns a cuBLAS handle.
+// Owns a cuBLAS handle and the workspace it is given. cuBLAS would otherwise
+// allocate its workspace itself, which stream capture (CUDA graphs) forbids.
 class CublasHandle {
  public:
+  // NVIDIA's recommended workspace for Hopper.
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
   static absl::StatusOr<CublasHandle> Create(cudaStream_t stream) {
     CublasHandle handle;
+    ASSIGN_OR_RETURN(handle.workspace_, cuda::DeviceBuffer::Allocate(kWorkspaceBytes));
     if (cublasCreate(&handle.handle_) != CUBLAS_STATUS_SUCCESS) {
       handle.handle_ = nullptr;
       return absl::InternalError("cublasCreate failed");
@@ -31,11 +37,17 @@ class CublasHandle {
     if (cublasSetStream(handle.handle_, stream) != CUBLAS_STATUS_SUCCESS) {
       return absl::InternalError("cublasSetStream failed");
     }
+    if (cublasSetWorkspace(handle.handle_, handle.workspace_.data(), kWorkspaceBytes) !=
+        CUBLAS_STATUS_SUCCESS) {
+      return absl::InternalError("cublasSetWorkspace failed");
+    }
     return handle;
   }
   CublasHandle() = default;
-  CublasHandle(CublasHandle&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  CublasHandle(CublasHandle&& other) noexcept
+      : workspace_(std::move(other.workspace_)), handle_(std::exchange(other.handle_, nullptr)) {}
   CublasHandle& operator=(CublasHandle&& other) noexcept {
+    std::swap(workspace_, other.workspace_);
     std::swap(handle_, other.handle_);
     return *this;
   }
@@ -45,6 +57,7 @@ class CublasHandle {
   cublasHandle_t get() const { return handle_; }
 
  private:
+  cuda::DeviceBuffer workspace_;
   cublasHandle_t handle_ = nullptr;
 };
 
@@ -60,7 +73,8 @@ class GpuInstance final : public Instance {
         start_(std::move(start)),
         input_done_(std::move(input_done)),
         infer_done_(std::move(infer_done)),
-        output_done_(std::move(output_done)) {}
+        output_done_(std::move(output_done)),
+        graphs_(options_.cuda_graphs ? kMaxGraphs : 0) {}
 
   const std::string& name() const override { return options_.name; }
   bool healthy() const override { return healthy_.load(); }
@@ -155,28 +169,21 @@ class GpuInstance final : public Instance {
     const Shape input_shape = StackedInputShape(batch);
     ASSIGN_OR_RETURN(const Shape output_shape, options_.model->OutputShape(input_shape));
     RETURN_IF_ERROR(ReserveForBatchesOf(input_shape));
-    const size_t in_bytes = NumElements(input_shape) * sizeof(float);
-    const size_t out_bytes = NumElements(output_shape) * sizeof(float);
-
-    char* cursor = pinned_input_.as<char>();
-    for (const auto& request : batch) {
-      const size_t bytes = NumElements(request->input_shape) * sizeof(float);
-      std::memcpy(cursor, request->input, bytes);
-      cursor += bytes;
-    }
-    const absl::Duration gather = options_.clock->Now() - start;
 
     cudaStream_t stream = stream_.get();
     RETURN_IF_ERROR(start_.Record(stream));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device_input_.data(), pinned_input_.data(), in_bytes,
-                                         cudaMemcpyHostToDevice, stream));
+    RETURN_IF_ERROR(CopyInputsToDevice(batch, stream));
+    const absl::Duration gather = options_.clock->Now() - start;
     RETURN_IF_ERROR(input_done_.Record(stream));
-    const GpuLaunchContext context{stream, cublas_.get()};
-    RETURN_IF_ERROR(executor_->Enqueue(context, device_input_.as<float>(), input_shape,
-                                       device_output_.as<float>()));
+    const GraphMemoryLayout layout{device_input_.data(), device_output_.data(),
+                                   executor_->device_bytes()};
+    RETURN_IF_ERROR(graphs_.Run(stream, input_shape, layout, [&](cudaStream_t target) {
+      const GpuLaunchContext context{target, cublas_.get()};
+      return executor_->Enqueue(context, device_input_.as<float>(), input_shape,
+                                device_output_.as<float>());
+    }));
     RETURN_IF_ERROR(infer_done_.Record(stream));
-    RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(pinned_output_.data(), device_output_.data(), out_bytes,
-                                         cudaMemcpyDeviceToHost, stream));
+    RETURN_IF_ERROR(CopyOutputsFromDevice(batch, output_shape, stream));
     RETURN_IF_ERROR(output_done_.Record(stream));
     // Waits for this instance's stream only.
     RETURN_IF_ERROR(output_done_.Synchronize());
@@ -184,18 +191,102 @@ class GpuInstance final : public Instance {
 
     ASSIGN_OR_RETURN(const float h2d_ms, input_done_.ElapsedMsSince(start_));
     ASSIGN_OR_RETURN(const float infer_ms, infer_done_.ElapsedMsSince(input_done_));
+    // The host gather overlaps the copies it has already issued, so this
+    // bounds the input phase from above.
     timings->input = gather + absl::Microseconds(static_cast<int64_t>(h2d_ms * 1000));
     timings->infer = absl::Microseconds(static_cast<int64_t>(infer_ms * 1000));
+    AnswerStagedOutputs(batch, output_shape);
+    return absl::OkStatus();
+  }
 
-    const char* source = pinned_output_.as<char>();
+  // Issues the copies of the batch's inputs, stacked, into device_input_.
+  // Page-locked inputs are copied directly; the others are gathered into
+  // pinned_input_ at their place in the batch and copied in contiguous runs
+  // (one copy for a batch of small requests), each run as soon as it ends so
+  // that the DMA overlaps the rest of the gather.
+  absl::Status CopyInputsToDevice(const std::vector<std::unique_ptr<InferenceRequest>>& batch,
+                                  cudaStream_t stream) {
+    char* device = device_input_.as<char>();
+    char* staging = pinned_input_.as<char>();
+    size_t offset = 0;
+    size_t run_start = 0;
+    size_t run_bytes = 0;
+    const auto flush = [&]() -> absl::Status {
+      if (run_bytes == 0) return absl::OkStatus();
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + run_start, staging + run_start, run_bytes,
+                                           cudaMemcpyHostToDevice, stream));
+      run_bytes = 0;
+      return absl::OkStatus();
+    };
+    for (const auto& request : batch) {
+      const size_t bytes = NumElements(request->input_shape) * sizeof(float);
+      if (request->input_pinned) {
+        RETURN_IF_ERROR(flush());
+        RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + offset, request->input, bytes,
+                                             cudaMemcpyHostToDevice, stream));
+      } else {
+        std::memcpy(staging + offset, request->input, bytes);
+        ++request->host_copies;
+        if (run_bytes == 0) run_start = offset;
+        run_bytes += bytes;
+      }
+      offset += bytes;
+    }
+    return flush();
+  }
+
+  // Issues the copies of each request's slice of device_output_: straight
+  // into the request's own memory when it is page-locked, otherwise into
+  // pinned_output_ in contiguous runs, answered after the stream finishes
+  // (AnswerStagedOutputs).
+  absl::Status CopyOutputsFromDevice(std::vector<std::unique_ptr<InferenceRequest>>& batch,
+                                     const Shape& output_shape, cudaStream_t stream) {
+    const char* device = device_output_.as<char>();
+    char* staging = pinned_output_.as<char>();
+    size_t offset = 0;
+    size_t run_start = 0;
+    size_t run_bytes = 0;
+    const auto flush = [&]() -> absl::Status {
+      if (run_bytes == 0) return absl::OkStatus();
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging + run_start, device + run_start, run_bytes,
+                                           cudaMemcpyDeviceToHost, stream));
+      run_bytes = 0;
+      return absl::OkStatus();
+    };
     for (auto& request : batch) {
       const Shape shape = RequestOutputShape(output_shape, *request, batch.size());
       const size_t bytes = NumElements(shape) * sizeof(float);
-      std::memcpy(request->allocate_output(shape), source, bytes);
-      source += bytes;
+      if (request->output_pinned) {
+        RETURN_IF_ERROR(flush());
+        RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(request->allocate_output(shape), device + offset,
+                                             bytes, cudaMemcpyDeviceToHost, stream));
+      } else {
+        if (run_bytes == 0) run_start = offset;
+        run_bytes += bytes;
+      }
+      offset += bytes;
     }
-    return absl::OkStatus();
+    return flush();
   }
+
+  // Answers the requests whose outputs were staged in pinned_output_.
+  void AnswerStagedOutputs(std::vector<std::unique_ptr<InferenceRequest>>& batch,
+                           const Shape& output_shape) {
+    const char* staging = pinned_output_.as<char>();
+    size_t offset = 0;
+    for (auto& request : batch) {
+      const Shape shape = RequestOutputShape(output_shape, *request, batch.size());
+      const size_t bytes = NumElements(shape) * sizeof(float);
+      if (!request->output_pinned) {
+        std::memcpy(request->allocate_output(shape), staging + offset, bytes);
+        ++request->host_copies;
+      }
+      offset += bytes;
+    }
+  }
+
+  // One graph per batch shape: every batch size of a fixed-shape model fits.
+  static constexpr size_t kMaxGraphs = 256;
 
   const GpuInstanceOptions options_;
   cuda::Stream stream_;
@@ -204,6 +295,7 @@ class GpuInstance final : public Instance {
   cuda::Event start_, input_done_, infer_done_, output_done_;
   cuda::DeviceBuffer device_input_, device_output_;
   cuda::PinnedBuffer pinned_input_, pinned_output_;
+  CudaGraphCache graphs_;
   Shape unreservable_;  // the last whole-batch shape that did not fit
   std::atomic<bool> healthy_{true};
 };

@@ -44,6 +44,9 @@ struct GpuInstanceOptions {
   // at creation when it has no -1; otherwise, at the first batch of each new
   // largest sample shape, for max_batch_size samples of it.
   Shape max_input_shape;
+  // Replay each batch shape's kernels as a CUDA graph (see CudaGraphCache);
+  // off runs every batch kernel by kernel.
+  bool cuda_graphs = true;
 };
 
 absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOptions& options);

@@ -41,6 +41,11 @@ struct InferenceRequest {
   // it alive until on_complete has been called.
   const float* input = nullptr;
 
+  // True when `input` lies in page-locked host memory (e.g. a shared-memory
+  // region registered with CUDA): a GPU instance then copies it to the device
+  // directly, without staging it first.
+  bool input_pinned = false;
+
   // The request fails with DEADLINE_EXCEEDED if it has not started executing
   // by then. Set by the front end from the gRPC deadline; the batcher lowers it
   // further by the queue policy's timeout and `requested_timeout`.
@@ -59,6 +64,11 @@ struct InferenceRequest {
   // (e.g. directly into the response message). Must not be null.
   std::function<float*(const Shape& output_shape)> allocate_output;
 
+  // True when allocate_output returns page-locked host memory: a GPU instance
+  // then calls it before the batch runs and copies the output from the device
+  // straight into it (if the batch fails, what it holds is unspecified).
+  bool output_pinned = false;
+
   // Called exactly once with the final status and the request's timestamps.
   // For an OK status the output has been written through allocate_output.
   std::function<void(const absl::Status& status,
@@ -66,6 +76,11 @@ struct InferenceRequest {
       on_complete;
 
   RequestTimestamps timestamps;
+
+  // Copies of this request's tensor bytes made on the host by the server
+  // (staging, answering), counted by whoever makes them: the copy budget of
+  // the request path is tested against it.
+  int host_copies = 0;
 };
 
 }  // namespace fuseserve

@@ -102,6 +102,13 @@ class FaultInjectingInstance final : public Instance {
   std::atomic<bool> failed_{false};
 };
 
+// CUDA graphs are on unless the config turns them off explicitly
+// (`optimization { cuda { graphs: false } }`).
+bool UsesCudaGraphs(const inference::ModelConfig& config) {
+  const auto& cuda = config.optimization().cuda();
+  return !cuda.has_graphs() || cuda.graphs();
+}
+
 // Where one instance runs: the CPU, or a CUDA device.
 struct Placement {
   bool gpu = false;
@@ -269,6 +276,7 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
         gpu.clock = options.clock;
         gpu.metrics = record->metrics_;
         gpu.max_input_shape = MaxInputShape(*config);
+        gpu.cuda_graphs = UsesCudaGraphs(*config);
         ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateGpuInstance(gpu));
         instances.push_back(std::move(instance));
       }

@@ -216,6 +216,24 @@ TEST_F(CpuInstanceTest, GathersSeveralRequestsAndGivesEachItsOwnSlice) {
   EXPECT_THAT(c.output, ElementsAreArray(Affine(input_c)));
 }
 
+TEST_F(CpuInstanceTest, CountsHostCopiesOfEachRequest) {
+  const std::vector<float> input = Values(3, 0.0f);
+  Outcome single;
+  Batch alone;
+  alone.push_back(MakeRequest({1, 3}, input, &single));
+  instance_.Execute(alone);
+  EXPECT_EQ(alone[0]->host_copies, 0) << "a batch of one is computed in place";
+
+  Outcome a, b;
+  Batch gathered;
+  gathered.push_back(MakeRequest({1, 3}, input, &a));
+  gathered.push_back(MakeRequest({1, 3}, input, &b));
+  instance_.Execute(gathered);
+  for (const auto& request : gathered) {
+    EXPECT_EQ(request->host_copies, 2) << "gathered in, scattered out";
+  }
+}
+
 TEST_F(CpuInstanceTest, KeepsNonBatchDimensionsOfGatheredRequests) {
   const std::vector<float> input_a = Values(1 * 2 * 2, 0.0f);
   const std::vector<float> input_b = Values(1 * 2 * 2, 50.0f);

@@ -1,0 +1,173 @@
+#include "server/runtime/gpu_instance.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/thread_pool.h"
+#include "gtest/gtest.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/resources.h"
+#include "server/batching/clock.h"
+#include "tests/server/models/model_test_util.h"
+
+namespace fuseserve {
+namespace {
+
+using Batch = std::vector<std::unique_ptr<InferenceRequest>>;
+
+constexpr int64_t kChannels = 6;
+constexpr int64_t kHeight = 4;
+constexpr int64_t kWidth = 5;
+constexpr int64_t kSample = kChannels * kHeight * kWidth;
+
+testing::ModelSpec GroupNormSpec() {
+  testing::ModelSpec spec;
+  spec.platform = "groupnorm";
+  spec.max_batch_size = 4;
+  spec.input_dims = {kChannels, kHeight, kWidth};
+  spec.output_dims = {kChannels, kHeight, kWidth};
+  spec.parameters = {{"num_channels", "6"}, {"num_groups", "3"}};
+  spec.tensors = {testing::UniformTensor("gn.weight", {kChannels}, 1, 0.5f, 1.5f),
+                  testing::UniformTensor("gn.bias", {kChannels}, 2, -0.5f, 0.5f)};
+  return spec;
+}
+
+// One request's memory: pageable vectors, or pinned buffers when `pinned`.
+struct RequestMemory {
+  bool pinned = false;
+  std::vector<float> pageable_input, pageable_output;
+  cuda::PinnedBuffer pinned_input, pinned_output;
+  absl::Status status = absl::UnknownError("not answered");
+  int answers = 0;
+
+  const float* input() const {
+    return pinned ? pinned_input.as<float>() : pageable_input.data();
+  }
+  const float* output() const {
+    return pinned ? pinned_output.as<float>() : pageable_output.data();
+  }
+};
+
+class GpuInstanceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::DeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    auto model = GroupNormSpec().Create();
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+  }
+
+  std::unique_ptr<Instance> CreateInstance(bool cuda_graphs) {
+    GpuInstanceOptions options;
+    options.name = "groupnorm gpu0#0";
+    options.model = model_.get();
+    options.clock = Clock::Real();
+    options.max_input_shape = {4, kChannels, kHeight, kWidth};
+    options.cuda_graphs = cuda_graphs;
+    auto instance = CreateGpuInstance(options);
+    EXPECT_TRUE(instance.ok()) << instance.status();
+    return instance.ok() ? *std::move(instance) : nullptr;
+  }
+
+  // A request of `rows` samples with values from `seed`, in `memory`.
+  std::unique_ptr<InferenceRequest> MakeRequest(int64_t rows, int seed, bool pinned,
+                                                RequestMemory* memory) {
+    const int64_t count = rows * kSample;
+    memory->pinned = pinned;
+    std::vector<float> values(count);
+    for (int64_t i = 0; i < count; ++i) values[i] = std::sin(0.37f * (i + 11 * seed)) * 3.0f;
+    if (pinned) {
+      auto input = cuda::PinnedBuffer::Allocate(count * sizeof(float));
+      auto output = cuda::PinnedBuffer::Allocate(count * sizeof(float));
+      EXPECT_TRUE(input.ok() && output.ok());
+      memory->pinned_input = *std::move(input);
+      memory->pinned_output = *std::move(output);
+      std::copy(values.begin(), values.end(), memory->pinned_input.as<float>());
+    } else {
+      memory->pageable_input = values;
+    }
+    auto request = std::make_unique<InferenceRequest>();
+    request->input_shape = {rows, kChannels, kHeight, kWidth};
+    request->batch_size = rows;
+    request->input = memory->input();
+    request->input_pinned = pinned;
+    request->output_pinned = pinned;
+    request->allocate_output = [memory](const Shape& shape) {
+      if (memory->pinned) return memory->pinned_output.as<float>();
+      memory->pageable_output.assign(NumElements(shape), NAN);
+      return memory->pageable_output.data();
+    };
+    request->on_complete = [memory](const absl::Status& status, const RequestTimestamps&) {
+      ++memory->answers;
+      memory->status = status;
+    };
+    return request;
+  }
+
+  // The CPU backend's answer for `memory`'s input of `rows` samples.
+  void ExpectCpuAnswer(const RequestMemory& memory, int64_t rows) {
+    ASSERT_EQ(memory.answers, 1);
+    ASSERT_TRUE(memory.status.ok()) << memory.status;
+    const Shape shape = {rows, kChannels, kHeight, kWidth};
+    std::vector<float> expected(NumElements(shape));
+    ASSERT_TRUE(model_->RunOnCpu(memory.input(), shape, expected.data(), pool_).ok());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_NEAR(memory.output()[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
+          << "element " << i;
+    }
+  }
+
+  // Mixed batches (a pinned request between pageable ones) run repeatedly, so
+  // that with graphs the shape is run plainly, then captured, then replayed.
+  void RunMixedBatches(Instance* instance) {
+    for (int round = 0; round < 4; ++round) {
+      RequestMemory a, b, c;
+      Batch batch;
+      batch.push_back(MakeRequest(1, round, /*pinned=*/false, &a));
+      batch.push_back(MakeRequest(2, round + 10, /*pinned=*/true, &b));
+      batch.push_back(MakeRequest(1, round + 20, /*pinned=*/false, &c));
+      instance->Execute(batch);
+      SCOPED_TRACE(::testing::Message() << "round " << round);
+      ExpectCpuAnswer(a, 1);
+      ExpectCpuAnswer(b, 2);
+      ExpectCpuAnswer(c, 1);
+    }
+  }
+
+  std::unique_ptr<Model> model_;
+  ThreadPool pool_{1};
+};
+
+TEST_F(GpuInstanceTest, ReplayedGraphsGiveTheCpuAnswerForEveryBatch) {
+  std::unique_ptr<Instance> instance = CreateInstance(/*cuda_graphs=*/true);
+  ASSERT_NE(instance, nullptr);
+  RunMixedBatches(instance.get());
+  EXPECT_TRUE(instance->healthy());
+}
+
+TEST_F(GpuInstanceTest, PlainLaunchesGiveTheCpuAnswerForEveryBatch) {
+  std::unique_ptr<Instance> instance = CreateInstance(/*cuda_graphs=*/false);
+  ASSERT_NE(instance, nullptr);
+  RunMixedBatches(instance.get());
+}
+
+TEST_F(GpuInstanceTest, PinnedRequestsAreNeverCopiedOnTheHost) {
+  std::unique_ptr<Instance> instance = CreateInstance(/*cuda_graphs=*/true);
+  ASSERT_NE(instance, nullptr);
+  RequestMemory pageable, pinned;
+  Batch batch;
+  batch.push_back(MakeRequest(1, 1, /*pinned=*/false, &pageable));
+  batch.push_back(MakeRequest(1, 2, /*pinned=*/true, &pinned));
+  instance->Execute(batch);
+  ExpectCpuAnswer(pageable, 1);
+  ExpectCpuAnswer(pinned, 1);
+  // Staged in, staged out.
+  EXPECT_EQ(batch[0]->host_copies, 2);
+  // Device <-> its own memory only.
+  EXPECT_EQ(batch[1]->host_copies, 0);
+}
+
+}  // namespace
+}  // namespace fuseserve
