@@ -1,5 +1,7 @@
 #include "server/runtime/batch_io.h"
 
+#include <cstring>
+
 namespace fuseserve {
 
 Shape StackedInputShape(const std::vector<std::unique_ptr<InferenceRequest>>& batch) {
@@ -17,6 +19,15 @@ Shape RequestOutputShape(const Shape& batch_output_shape, const InferenceRequest
   Shape shape = batch_output_shape;
   shape[0] = request.batch_size;
   return shape;
+}
+
+void CopyRequestInput(InferenceRequest& request, char* destination) {
+  if (request.input != nullptr) {
+    std::memcpy(destination, request.input, NumElements(request.input_shape) * sizeof(float));
+  } else {
+    request.copy_input(destination);
+  }
+  ++request.host_copies;
 }
 
 void CompleteBatch(std::vector<std::unique_ptr<InferenceRequest>>& batch,

@@ -22,6 +22,10 @@ Shape StackedInputShape(const std::vector<std::unique_ptr<InferenceRequest>>& ba
 Shape RequestOutputShape(const Shape& batch_output_shape, const InferenceRequest& request,
                          size_t batch_requests);
 
+// Copies `request`'s input (wherever it lies) to `destination` and counts the
+// copy in its host_copies.
+void CopyRequestInput(InferenceRequest& request, char* destination);
+
 // Answers every request of the batch with `status` (timestamps as they are).
 void CompleteBatch(std::vector<std::unique_ptr<InferenceRequest>>& batch,
                    const absl::Status& status);

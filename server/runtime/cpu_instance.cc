@@ -23,16 +23,14 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
   }
   const bool single = batch.size() == 1;
 
-  // Stage: a single request is computed in place from its own input.
+  // Stage: a single request with a contiguous input is computed in place.
   const float* input = batch.front()->input;
-  if (!single) {
+  if (!single || input == nullptr) {
     input_buffer_.resize(NumElements(input_shape));
     float* cursor = input_buffer_.data();
     for (const auto& request : batch) {
-      const int64_t count = NumElements(request->input_shape);
-      std::memcpy(cursor, request->input, count * sizeof(float));
-      ++request->host_copies;
-      cursor += count;
+      CopyRequestInput(*request, reinterpret_cast<char*>(cursor));
+      cursor += NumElements(request->input_shape);
     }
     input = input_buffer_.data();
   }

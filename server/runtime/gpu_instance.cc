@@ -220,13 +220,12 @@ class GpuInstance final : public Instance {
     };
     for (const auto& request : batch) {
       const size_t bytes = NumElements(request->input_shape) * sizeof(float);
-      if (request->input_pinned) {
+      if (request->input_pinned && request->input != nullptr) {
         RETURN_IF_ERROR(flush());
         RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + offset, request->input, bytes,
                                              cudaMemcpyHostToDevice, stream));
       } else {
-        std::memcpy(staging + offset, request->input, bytes);
-        ++request->host_copies;
+        CopyRequestInput(*request, staging + offset);
         if (run_bytes == 0) run_start = offset;
         run_bytes += bytes;
       }

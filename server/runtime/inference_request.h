@@ -38,8 +38,15 @@ struct InferenceRequest {
   int64_t batch_size = 1;
 
   // NumElements(input_shape) floats, row-major. Borrowed: the front end keeps
-  // it alive until on_complete has been called.
+  // it alive until on_complete has been called. Null when the bytes are not
+  // contiguous (they stay where the transport received them): copy_input
+  // then places them. Instances read the input through CopyRequestInput
+  // (batch_io.h), or through `input` directly when it is set.
   const float* input = nullptr;
+
+  // Copies the input's NumElements(input_shape) floats to `destination`;
+  // set when `input` is null. Same lifetime as `input`.
+  std::function<void(char* destination)> copy_input;
 
   // True when `input` lies in page-locked host memory (e.g. a shared-memory
   // region registered with CUDA): a GPU instance then copies it to the device

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -231,6 +232,34 @@ TEST_F(CpuInstanceTest, CountsHostCopiesOfEachRequest) {
   instance_.Execute(gathered);
   for (const auto& request : gathered) {
     EXPECT_EQ(request->host_copies, 2) << "gathered in, scattered out";
+  }
+}
+
+TEST_F(CpuInstanceTest, ReadsInputsThatAreOnlyReachableThroughCopyInput) {
+  // An input left in the transport's pieces: no pointer, a copy function.
+  const std::vector<float> input_a = Values(2 * 3, 5.0f);
+  const std::vector<float> input_b = Values(1 * 3, 50.0f);
+  for (const bool batched : {false, true}) {
+    SCOPED_TRACE(batched ? "batched" : "alone");
+    Outcome a, b;
+    Batch batch;
+    batch.push_back(MakeRequest({2, 3}, input_a, &a));
+    if (batched) batch.push_back(MakeRequest({1, 3}, input_b, &b));
+    for (auto& request : batch) {
+      const float* data = request->input;
+      const size_t bytes = NumElements(request->input_shape) * sizeof(float);
+      request->input = nullptr;
+      request->copy_input = [data, bytes](char* destination) {
+        std::memcpy(destination, data, bytes);
+      };
+    }
+    instance_.Execute(batch);
+    EXPECT_TRUE(a.status.ok()) << a.status;
+    EXPECT_THAT(a.output, ElementsAreArray(Affine(input_a)));
+    EXPECT_EQ(batch[0]->host_copies, batched ? 2 : 1);
+    if (batched) {
+      EXPECT_THAT(b.output, ElementsAreArray(Affine(input_b)));
+    }
   }
 }
 

@@ -1,0 +1,125 @@
+#include "server/runtime/host_buffer_pool.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/runtime/page_locked_memory.h"
+
+namespace fuseserve {
+namespace {
+
+// Buffers are whole pages; ordinary ones are page-aligned too, like pinned
+// ones, so that either may be handed to DMA or vector code alike.
+constexpr size_t kPage = 4096;
+
+size_t RoundUpToPage(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+}  // namespace
+
+HostBuffer::HostBuffer(std::shared_ptr<HostBufferPool> pool, char* data, size_t size,
+                       size_t capacity)
+    : pool_(std::move(pool)), data_(data), size_(size), capacity_(capacity) {}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : pool_(std::move(other.pool_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    Return();
+    pool_ = std::move(other.pool_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+  }
+  return *this;
+}
+
+HostBuffer::~HostBuffer() { Return(); }
+
+bool HostBuffer::page_locked() const { return pool_ != nullptr && pool_->page_locked(); }
+
+void HostBuffer::Return() {
+  if (data_ != nullptr) pool_->Return(data_, capacity_);
+  data_ = nullptr;
+  pool_.reset();
+}
+
+void* HostBuffer::Detach() { return new HostBuffer(std::move(*this)); }
+
+void HostBuffer::Release(void* context) { delete static_cast<HostBuffer*>(context); }
+
+std::shared_ptr<HostBufferPool> HostBufferPool::Create(const Options& options) {
+  return std::shared_ptr<HostBufferPool>(new HostBufferPool(options));
+}
+
+HostBufferPool::~HostBufferPool() {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [capacity, data] : idle_) Free(data);
+}
+
+void HostBufferPool::Free(char* data) const {
+  if (options_.page_locked) {
+    FreePageLocked(data);
+  } else {
+    std::free(data);
+  }
+}
+
+absl::StatusOr<HostBuffer> HostBufferPool::Acquire(size_t bytes) {
+  const size_t capacity = RoundUpToPage(bytes == 0 ? 1 : bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = idle_.lower_bound(capacity);
+    if (found != idle_.end() && found->first / 2 <= capacity) {
+      const size_t found_capacity = found->first;
+      char* data = found->second;
+      idle_.erase(found);
+      idle_bytes_ -= found_capacity;
+      return HostBuffer(shared_from_this(), data, bytes, found_capacity);
+    }
+    ++allocations_;
+  }
+  char* data = nullptr;
+  if (options_.page_locked) {
+    absl::StatusOr<void*> allocated = AllocatePageLocked(capacity);
+    if (!allocated.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          capacity, " bytes of page-locked host memory: ", allocated.status().message()));
+    }
+    data = static_cast<char*>(*allocated);
+  } else {
+    data = static_cast<char*>(std::aligned_alloc(kPage, capacity));
+    if (data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(capacity, " bytes of host memory"));
+    }
+  }
+  return HostBuffer(shared_from_this(), data, bytes, capacity);
+}
+
+void HostBufferPool::Return(char* data, size_t capacity) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (idle_bytes_ + capacity <= options_.max_idle_bytes) {
+      idle_.emplace(capacity, data);
+      idle_bytes_ += capacity;
+      return;
+    }
+  }
+  Free(data);
+}
+
+int64_t HostBufferPool::allocations() const {
+  absl::MutexLock lock(&mu_);
+  return allocations_;
+}
+
+size_t HostBufferPool::idle_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return idle_bytes_;
+}
+
+}  // namespace fuseserve

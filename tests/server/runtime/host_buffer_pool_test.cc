@@ -1,0 +1,120 @@
+#include "server/runtime/host_buffer_pool.h"
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace fuseserve {
+namespace {
+
+std::shared_ptr<HostBufferPool> PageablePool(size_t max_idle_bytes = size_t{1} << 30) {
+  HostBufferPool::Options options;
+  options.max_idle_bytes = max_idle_bytes;
+  return HostBufferPool::Create(options);
+}
+
+TEST(HostBufferPoolTest, GivesWritablePageAlignedBuffersOfTheSizeAskedFor) {
+  auto pool = PageablePool();
+  absl::StatusOr<HostBuffer> buffer = pool->Acquire(10000);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ(buffer->size(), 10000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer->data()) % 4096, 0u);
+  std::memset(buffer->data(), 0xAB, buffer->size());
+  EXPECT_FALSE(buffer->page_locked());
+}
+
+TEST(HostBufferPoolTest, ReusesAReturnedBufferInsteadOfAllocating) {
+  auto pool = PageablePool();
+  char* first = nullptr;
+  {
+    absl::StatusOr<HostBuffer> buffer = pool->Acquire(1 << 20);
+    ASSERT_TRUE(buffer.ok());
+    first = buffer->data();
+  }
+  EXPECT_EQ(pool->idle_bytes(), size_t{1} << 20);
+  for (int i = 0; i < 10; ++i) {
+    absl::StatusOr<HostBuffer> buffer = pool->Acquire(1 << 20);
+    ASSERT_TRUE(buffer.ok());
+    EXPECT_EQ(buffer->data(), first);
+  }
+  EXPECT_EQ(pool->allocations(), 1);
+}
+
+TEST(HostBufferPoolTest, ReusesOnlyBuffersAtMostTwiceTheSize) {
+  auto pool = PageablePool();
+  { ASSERT_TRUE(pool->Acquire(1 << 20).ok()); }
+  {
+    absl::StatusOr<HostBuffer> small = pool->Acquire(1 << 18);  // a quarter: not reused
+    ASSERT_TRUE(small.ok());
+    EXPECT_EQ(pool->allocations(), 2);
+  }
+  absl::StatusOr<HostBuffer> half = pool->Acquire((1 << 19) + 1);  // just over half: reused
+  ASSERT_TRUE(half.ok());
+  EXPECT_EQ(pool->allocations(), 2);
+  EXPECT_EQ(half->size(), (size_t{1} << 19) + 1);
+  absl::StatusOr<HostBuffer> larger = pool->Acquire((1 << 20) + 1);  // larger: new
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(pool->allocations(), 3);
+}
+
+TEST(HostBufferPoolTest, FreesReturnedBuffersBeyondTheIdleLimit) {
+  auto pool = PageablePool(/*max_idle_bytes=*/1 << 20);
+  {
+    absl::StatusOr<HostBuffer> a = pool->Acquire(1 << 20);
+    absl::StatusOr<HostBuffer> b = pool->Acquire(1 << 20);
+    ASSERT_TRUE(a.ok() && b.ok());
+  }
+  EXPECT_EQ(pool->idle_bytes(), size_t{1} << 20);
+}
+
+TEST(HostBufferPoolTest, DetachedBufferReturnsWhenReleased) {
+  auto pool = PageablePool();
+  absl::StatusOr<HostBuffer> buffer = pool->Acquire(4096);
+  ASSERT_TRUE(buffer.ok());
+  void* context = buffer->Detach();
+  EXPECT_EQ(buffer->data(), nullptr);
+  EXPECT_EQ(pool->idle_bytes(), 0u);
+  HostBuffer::Release(context);
+  EXPECT_EQ(pool->idle_bytes(), 4096u);
+}
+
+TEST(HostBufferPoolTest, BuffersKeepThePoolAlive) {
+  absl::StatusOr<HostBuffer> buffer = PageablePool()->Acquire(4096);
+  ASSERT_TRUE(buffer.ok());
+  std::memset(buffer->data(), 1, 4096);  // the pool is gone; its buffer is not
+}
+
+TEST(HostBufferPoolTest, MovedBufferReturnsOnce) {
+  auto pool = PageablePool();
+  {
+    absl::StatusOr<HostBuffer> a = pool->Acquire(4096);
+    ASSERT_TRUE(a.ok());
+    HostBuffer b = std::move(*a);
+    HostBuffer c;
+    c = std::move(b);
+  }
+  EXPECT_EQ(pool->idle_bytes(), 4096u);
+}
+
+TEST(HostBufferPoolTest, ManyThreadsAcquireAndReturnConcurrently) {
+  auto pool = PageablePool();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([pool, t] {
+      for (int i = 0; i < 200; ++i) {
+        absl::StatusOr<HostBuffer> buffer = pool->Acquire(4096 * (1 + (i + t) % 3));
+        ASSERT_TRUE(buffer.ok());
+        buffer->data()[0] = static_cast<char>(i);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  // At most one buffer per thread and size class was ever in use at once.
+  EXPECT_LE(pool->allocations(), 12);
+}
+
+}  // namespace
+}  // namespace fuseserve
