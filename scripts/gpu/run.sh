@@ -5,6 +5,7 @@
 # PyTorch eager and torch.compile. Logs and JSON go to $OUT.
 #   scripts/gpu/run.sh tests     # tests + sanitizers + e2e
 #   scripts/gpu/run.sh python    # the Python parity and protocol suites only
+#   scripts/gpu/run.sh runtime   # GPU instance + CUDA graph tests (and memcheck) + e2e
 #   scripts/gpu/run.sh bench     # kernel benchmark
 #   scripts/gpu/run.sh kernels   # GPU unit tests + sanitizers + kernel benchmark
 set -uo pipefail
@@ -37,12 +38,25 @@ python_suites() {
 
 kernel_tests() {
   step unit_tests sh -c "$BIN/cuda_runtime_test && $BIN/cuda_kernels_test"
+  runtime_tests
   # The sanitizers run every kernel test except the reference-size ones
   # (minutes under instrumentation); those run above, uninstrumented.
   step memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
   step racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BIN/cuda_kernels_test" --gtest_filter='-*ReferenceShape*:*Reference*Size*'
+}
+
+# The GPU instance and its CUDA graphs, plain and under memcheck.
+runtime_tests() {
+  step runtime_tests sh -c "$BIN/cuda_graph_cache_test && $BIN/gpu_instance_test"
+  step runtime_memcheck sh -c "compute-sanitizer --tool memcheck --error-exitcode 1 \
+    $BIN/cuda_graph_cache_test && compute-sanitizer --tool memcheck --error-exitcode 1 \
+    $BIN/gpu_instance_test"
+}
+
+e2e_tests() {
+  step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
 }
 
 kernel_bench() {
@@ -59,13 +73,17 @@ nvidia-smi -L
 case "${1:-tests}" in
   tests)
     kernel_tests
-    step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
+    e2e_tests
     step reliability env FUSESERVE_BINARY=$BIN/fuseserve \
       FUSESERVE_INFER_CHILD=$BIN/reliability_infer_child "$BIN/reliability_test"
     python_suites
     ;;
   python)
     python_suites
+    ;;
+  runtime)
+    runtime_tests
+    e2e_tests
     ;;
   bench)
     kernel_bench "${@:2}"
