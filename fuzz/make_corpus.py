@@ -112,6 +112,80 @@ def decoder_corpus():
             bytes([selector]) + encode_request(text))
 
 
+# --- shared_memory_params: the decoder's input format, tensors in the
+# fuzzer's regions ("r" 8192 bytes, "u" 4000 bytes from object byte 1, "e"
+# the last 64 bytes) ---
+
+# Output bytes of a valid request of each model in MODELS.
+OUTPUT_BYTES = {0: 480, 1: 96, 2: 72, 3: 768}
+
+
+def infer_parameter(key, value):
+  return 'parameters { key: "%s" value { %s } }' % (key, value)
+
+
+def shm_parameters(region, byte_size, offset=None, number="int64_param"):
+  parts = [infer_parameter("shared_memory_region", 'string_param: "%s"' % region),
+           infer_parameter("shared_memory_byte_size", "%s: %d" % (number, byte_size))]
+  if offset is not None:
+    parts.append(infer_parameter("shared_memory_offset", "%s: %d" % (number, offset)))
+  return " ".join(parts)
+
+
+def shm_request_text(shape, input_parameters=None, output_parameters=None, raw=False):
+  """Input in shared memory when input_parameters is given, else raw;
+  output in shared memory when output_parameters is given."""
+  if input_parameters is None:
+    return request_text(shape, outputs=()) + (
+        '\noutputs { name: "output" %s }' % output_parameters if output_parameters else "")
+  lines = ['model_name: "fuzz"', 'id: "seed"',
+           'inputs { name: "input" datatype: "FP32" %s %s }' % (
+               " ".join("shape: %d" % d for d in shape), input_parameters)]
+  if raw:
+    count = int(np.prod(shape))
+    lines.append('raw_input_contents: "%s"' % text_bytes(struct.pack("<%df" % count,
+                                                                    *[1.0] * count)))
+  if output_parameters is not None:
+    lines.append('outputs { name: "output" %s }' % output_parameters)
+  return "\n".join(lines)
+
+
+def shared_memory_corpus():
+  for selector, shape in MODELS:
+    in_bytes = 4 * int(np.prod(shape))
+    out_bytes = OUTPUT_BYTES[selector]
+    cases = {
+        "input_in_r": shm_request_text(shape, shm_parameters("r", in_bytes, 0)),
+        "input_unaligned": shm_request_text(shape, shm_parameters("u", in_bytes)),
+        "output_in_r": shm_request_text(shape, None, shm_parameters("r", out_bytes, 4096)),
+        "both": shm_request_text(shape, shm_parameters("r", in_bytes, 0),
+                                 shm_parameters("r", out_bytes, 4096)),
+        "output_unaligned": shm_request_text(shape, shm_parameters("r", in_bytes, 0),
+                                             shm_parameters("u", out_bytes, 2001)),
+        "output_larger_space": shm_request_text(shape, None,
+                                                shm_parameters("r", out_bytes + 100, 4000)),
+        "uint64": shm_request_text(shape, shm_parameters("r", in_bytes, 8, "uint64_param"),
+                                   shm_parameters("u", out_bytes, 1000, "uint64_param")),
+        "past_end": shm_request_text(shape, shm_parameters("e", in_bytes, 8)),
+        "huge_offset": shm_request_text(shape, shm_parameters("r", in_bytes,
+                                                              9223372036854775807)),
+        "unknown_region": shm_request_text(shape, shm_parameters("x", in_bytes)),
+        "size_mismatch": shm_request_text(shape, shm_parameters("r", in_bytes - 4)),
+        "output_too_small": shm_request_text(shape, None, shm_parameters("r", out_bytes - 4)),
+        "overlap": shm_request_text(shape, shm_parameters("r", in_bytes, 0),
+                                    shm_parameters("r", out_bytes, 4)),
+        "negative_offset": shm_request_text(shape, shm_parameters("r", in_bytes, -4)),
+        "region_not_string": shm_request_text(
+            shape, shm_parameters("r", in_bytes).replace('string_param: "r"', "int64_param: 1")),
+        "offset_without_region": shm_request_text(
+            shape, infer_parameter("shared_memory_offset", "int64_param: 0")),
+        "also_raw": shm_request_text(shape, shm_parameters("r", in_bytes), raw=True),
+    }
+    for case, text in cases.items():
+      write("shared_memory_params", "%d_%s" % (selector, case),
+            bytes([selector]) + encode_request(text))
+
+
 # --- safetensors ---
 
 def safetensors(tensors, metadata=None, pad=True, header_override=None, tail=b""):
@@ -275,9 +349,11 @@ def main():
   if len(sys.argv) != 1:
     print(__doc__, file=sys.stderr)
     return 2
-  for target in ("infer_request_decoder", "safetensors", "model_config", "npy"):
+  for target in ("infer_request_decoder", "safetensors", "model_config", "npy",
+                 "shared_memory_params"):
     shutil.rmtree(os.path.join(CORPUS, target), ignore_errors=True)
   decoder_corpus()
+  shared_memory_corpus()
   safetensors_corpus()
   model_config_corpus()
   npy_corpus()

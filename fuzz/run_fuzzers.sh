@@ -21,7 +21,7 @@ SECONDS_EACH=$2
 shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(infer_request_decoder safetensors model_config npy)
+  TARGETS=(infer_request_decoder safetensors model_config npy shared_memory_params)
 fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}

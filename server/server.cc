@@ -52,8 +52,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   InferenceServiceOptions service_options;
   service_options.server_version = FUSESERVE_VERSION;
   service_options.strict_readiness = options.strict_readiness;
-  server->service_ = std::make_unique<InferenceService>(std::move(service_options),
-                                                        server->models_.get(), Clock::Real());
+  if (options.allow_shared_memory) {
+    server->shared_memory_ = std::make_unique<SharedMemoryManager>();
+  }
+  server->service_ =
+      std::make_unique<InferenceService>(std::move(service_options), server->models_.get(),
+                                         Clock::Real(), server->shared_memory_.get());
   GrpcServerOptions grpc_options;
   grpc_options.address = options.grpc_address;
   grpc_options.port = options.grpc_port;
@@ -81,7 +85,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port() << " ("
                << DescribeGrpcSecurity(options.grpc_ssl) << "), metrics and health on http://"
                << options.metrics_address << ":" << server->metrics_port()
-               << " (ready: " << (server->service_->Ready() ? "yes" : "no") << ")";
+               << " (ready: " << (server->service_->Ready() ? "yes" : "no")
+               << "; system shared memory: " << (options.allow_shared_memory ? "allowed" : "off")
+               << ")";
   return server;
 }
 
@@ -112,6 +118,7 @@ void Server::Shutdown() {
   // the gRPC server stops at once.
   models_->Shutdown(deadline);
   grpc_->Shutdown(deadline);
+  if (shared_memory_ != nullptr) shared_memory_->Unregister("");
   http_->Stop();
   FS_LOG(INFO) << "shut down";
 }

@@ -17,6 +17,7 @@
 #include "server/metrics/metrics_registry.h"
 #include "server/runtime/model_manager.h"
 #include "server/server_options.h"
+#include "server/shm/shared_memory_manager.h"
 
 namespace fuseserve {
 
@@ -42,6 +43,9 @@ class Server {
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ThreadPool> cpu_pool_;
   std::unique_ptr<ModelManager> models_;
+  // Null unless --allow-shared-memory; its regions are unregistered at
+  // shutdown, once no request is left to use them.
+  std::unique_ptr<SharedMemoryManager> shared_memory_;
   std::unique_ptr<InferenceService> service_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;

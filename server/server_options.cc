@@ -102,6 +102,10 @@ Options:
                              certificates (mutual TLS)
   --strict-readiness=BOOL    ready only if every model in the repository
                              loaded (default false: every model that loaded)
+  --allow-shared-memory=BOOL let clients pass tensors through system shared
+                             memory (Triton's system_shared_memory extension:
+                             the SystemSharedMemory* RPCs and the
+                             shared_memory_* tensor parameters; default false)
   --port-file=PATH           write {"grpc_port": P, "metrics_port": Q} to PATH
                              once serving
   --help                     show this text
@@ -164,6 +168,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
       if (auto status = ParseBool(flag, value, &options.strict_readiness); !status.ok()) {
         return status;
       }
+    } else if (flag == "allow-shared-memory") {
+      RETURN_IF_ERROR(ParseBool(flag, value, &options.allow_shared_memory));
     } else if (flag == "port-file") {
       options.port_file = value;
     } else {

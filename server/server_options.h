@@ -45,6 +45,11 @@ struct ServerOptions {
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.
   bool strict_readiness = false;
+  // Triton's system_shared_memory extension: clients may register POSIX
+  // shared-memory objects and pass tensors through them. Off by default (as
+  // Triton's --allow-client-shm): it lets any client that reaches the gRPC
+  // port make the server map and write shared-memory objects it can open.
+  bool allow_shared_memory = false;
   // When set, {"grpc_port": P, "metrics_port": Q} is written here once the
   // server is serving (for tests and supervisors that use port 0).
   std::string port_file;

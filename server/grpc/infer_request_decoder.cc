@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -78,14 +80,159 @@ bool HasAnyContents(const inference::InferTensorContents& contents) {
   return contents.fp32_contents_size() > 0 || !NonFp32Contents(contents).empty();
 }
 
+// The size of `num_elements` FP32 values in bytes, as text for messages.
+std::string Fp32ByteCount(int64_t num_elements) {
+  return num_elements <= INT64_MAX / static_cast<int64_t>(sizeof(float))
+             ? absl::StrCat(num_elements * static_cast<int64_t>(sizeof(float)))
+             : "more than INT64_MAX";
+}
+
+// Whether `byte_count` bytes are exactly `num_elements` FP32 values. Compared
+// in elements: num_elements * 4 can overflow for hostile shapes.
+bool IsFp32ByteCount(uint64_t byte_count, int64_t num_elements) {
+  return byte_count % sizeof(float) == 0 &&
+         byte_count / sizeof(float) == static_cast<uint64_t>(num_elements);
+}
+
+// Points decoded->input at the `num_elements` floats at `bytes`, or at a copy
+// of them when they are not float-aligned (neither the transport nor a
+// client's shared-memory offset promises alignment).
+void PointInputAt(const void* bytes, int64_t num_elements, DecodedInferRequest* decoded) {
+  if (reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    decoded->input = static_cast<const float*>(bytes);
+    return;
+  }
+  decoded->aligned_copy.resize(num_elements);
+  std::memcpy(decoded->aligned_copy.data(), bytes, num_elements * sizeof(float));
+  decoded->input = decoded->aligned_copy.data();
+}
+
+// `status` with `prefix` (naming the tensor) before its message.
+absl::Status Prefixed(const std::string& prefix, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+absl::StatusOr<int64_t> IntegerParameter(const std::string& key, const InferParameter& value) {
+  switch (value.parameter_choice_case()) {
+    case InferParameter::kInt64Param:
+      if (value.int64_param() < 0) {
+        return Invalid(absl::StrCat("parameter \"", key, "\" must not be negative, got ",
+                                    value.int64_param()));
+      }
+      return value.int64_param();
+    case InferParameter::kUint64Param:
+      if (value.uint64_param() > static_cast<uint64_t>(INT64_MAX)) {
+        return Invalid(absl::StrCat("parameter \"", key, "\" is out of range"));
+      }
+      return static_cast<int64_t>(value.uint64_param());
+    default:
+      return Invalid(
+          absl::StrCat("parameter \"", key, "\" must be an int64_param or uint64_param"));
+  }
+}
+
+// Triton's per-tensor shared-memory parameters.
+constexpr char kRegionKey[] = "shared_memory_region";
+constexpr char kByteSizeKey[] = "shared_memory_byte_size";
+constexpr char kOffsetKey[] = "shared_memory_offset";
+
+struct SharedMemoryParameters {
+  std::string region;
+  int64_t byte_size = 0;
+  int64_t offset = 0;  // optional on the wire, 0 by default
+};
+
+// The shared-memory parameters of the tensor that `tensor` names in messages
+// ("input \"x\""); nullopt when it has none. `allowed` is false when the
+// server refuses shared memory.
+absl::StatusOr<std::optional<SharedMemoryParameters>> ParseSharedMemoryParameters(
+    const std::string& tensor, const google::protobuf::Map<std::string, InferParameter>& parameters,
+    bool allowed) {
+  const auto region = parameters.find(kRegionKey);
+  const auto byte_size = parameters.find(kByteSizeKey);
+  const auto offset = parameters.find(kOffsetKey);
+  const auto none = parameters.end();
+  if (region == none && byte_size == none && offset == none) return std::nullopt;
+  if (!allowed) {
+    return Invalid(absl::StrCat(tensor,
+                                " uses shared memory, which this server does not allow (start "
+                                "it with --allow-shared-memory=true)"));
+  }
+  if (region == none) {
+    return Invalid(absl::StrCat(tensor, ": parameter \"",
+                                byte_size != none ? kByteSizeKey : kOffsetKey,
+                                "\" needs parameter \"", kRegionKey, "\""));
+  }
+  if (!region->second.has_string_param()) {
+    return Invalid(absl::StrCat(tensor, ": parameter \"", kRegionKey, "\" must be a string_param"));
+  }
+  if (byte_size == none) {
+    return Invalid(absl::StrCat(tensor, ": parameter \"", kRegionKey, "\" needs parameter \"",
+                                kByteSizeKey, "\""));
+  }
+  SharedMemoryParameters result;
+  result.region = region->second.string_param();
+  absl::StatusOr<int64_t> value = IntegerParameter(kByteSizeKey, byte_size->second);
+  if (!value.ok()) return Prefixed(tensor, value.status());
+  result.byte_size = *value;
+  if (offset != none) {
+    value = IntegerParameter(kOffsetKey, offset->second);
+    if (!value.ok()) return Prefixed(tensor, value.status());
+    result.offset = *value;
+  }
+  return result;
+}
+
+absl::StatusOr<SharedMemoryView> FindRegion(const std::string& tensor,
+                                            const SharedMemoryParameters& parameters,
+                                            const SharedMemoryManager& shared_memory) {
+  absl::StatusOr<SharedMemoryView> view =
+      shared_memory.Find(parameters.region, parameters.offset, parameters.byte_size);
+  if (!view.ok()) return Prefixed(tensor, view.status());
+  return view;
+}
+
+absl::Status LocateSharedMemoryData(const ModelInferRequest& request, int64_t num_elements,
+                                    const SharedMemoryParameters& parameters,
+                                    const SharedMemoryManager& shared_memory,
+                                    DecodedInferRequest* decoded) {
+  const ModelInferRequest::InferInputTensor& tensor = request.inputs(0);
+  const std::string input = absl::StrCat("input \"", tensor.name(), "\"");
+  if (HasAnyContents(tensor.contents())) {
+    return Invalid(absl::StrCat(input, " is in shared memory and must not also carry contents"));
+  }
+  if (request.raw_input_contents_size() > 0) {
+    return Invalid(absl::StrCat("request has ", request.raw_input_contents_size(),
+                                " raw_input_contents entries, but its only input (", input,
+                                ") is in shared memory"));
+  }
+  if (!IsFp32ByteCount(parameters.byte_size, num_elements)) {
+    return Invalid(absl::StrCat(input, " has ", parameters.byte_size, " bytes in shared memory (",
+                                kByteSizeKey, "), expected ", Fp32ByteCount(num_elements), " (",
+                                num_elements, " FP32 values of shape ",
+                                ShapeToString(decoded->input_shape), ")"));
+  }
+  ASSIGN_OR_RETURN(SharedMemoryView view, FindRegion(input, parameters, shared_memory));
+  PointInputAt(view.data, num_elements, decoded);
+  decoded->shared_memory_input = std::move(view);
+  return absl::OkStatus();
+}
+
 absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
-                        DecodedInferRequest* decoded) {
+                        const SharedMemoryManager* shared_memory, DecodedInferRequest* decoded) {
   const ModelInferRequest::InferInputTensor& tensor = request.inputs(0);
   const std::string& name = tensor.name();
   const std::string non_fp32 = NonFp32Contents(tensor.contents());
   if (!non_fp32.empty()) {
     return Invalid(absl::StrCat("input \"", name, "\" has datatype FP32 but carries ",
                                 non_fp32));
+  }
+  ASSIGN_OR_RETURN(std::optional<SharedMemoryParameters> in_shared_memory,
+                   ParseSharedMemoryParameters(absl::StrCat("input \"", name, "\""),
+                                               tensor.parameters(), shared_memory != nullptr));
+  if (in_shared_memory.has_value()) {
+    return LocateSharedMemoryData(request, num_elements, *in_shared_memory, *shared_memory,
+                                  decoded);
   }
   if (request.raw_input_contents_size() > 0) {
     if (HasAnyContents(tensor.contents())) {
@@ -98,26 +245,13 @@ absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
                                   " raw_input_contents entries for 1 input"));
     }
     const std::string& raw = request.raw_input_contents(0);
-    // Compared in elements: num_elements * 4 can overflow for hostile shapes.
-    if (raw.size() % sizeof(float) != 0 ||
-        raw.size() / sizeof(float) != static_cast<uint64_t>(num_elements)) {
-      const std::string expected_bytes =
-          num_elements <= INT64_MAX / static_cast<int64_t>(sizeof(float))
-              ? absl::StrCat(num_elements * static_cast<int64_t>(sizeof(float)))
-              : "more than INT64_MAX";
+    if (!IsFp32ByteCount(raw.size(), num_elements)) {
       return Invalid(absl::StrCat("input \"", name, "\" has ", raw.size(),
-                                  " bytes of raw data, expected ", expected_bytes, " (",
-                                  num_elements, " FP32 values of shape ",
+                                  " bytes of raw data, expected ", Fp32ByteCount(num_elements),
+                                  " (", num_elements, " FP32 values of shape ",
                                   ShapeToString(decoded->input_shape), ")"));
     }
-    if (reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
-      decoded->input = reinterpret_cast<const float*>(raw.data());
-    } else {
-      // The transport does not promise float alignment; copy in that case.
-      decoded->aligned_copy.resize(num_elements);
-      std::memcpy(decoded->aligned_copy.data(), raw.data(), raw.size());
-      decoded->input = decoded->aligned_copy.data();
-    }
+    PointInputAt(raw.data(), num_elements, decoded);
     return absl::OkStatus();
   }
   const auto& values = tensor.contents().fp32_contents();
@@ -135,23 +269,44 @@ absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> IntegerParameter(const std::string& key, const InferParameter& value) {
-  switch (value.parameter_choice_case()) {
-    case InferParameter::kInt64Param:
-      if (value.int64_param() < 0) {
-        return Invalid(absl::StrCat("parameter \"", key, "\" must not be negative, got ",
-                                    value.int64_param()));
-      }
-      return value.int64_param();
-    case InferParameter::kUint64Param:
-      if (value.uint64_param() > static_cast<uint64_t>(INT64_MAX)) {
-        return Invalid(absl::StrCat("parameter \"", key, "\" is out of range"));
-      }
-      return static_cast<int64_t>(value.uint64_param());
-    default:
-      return Invalid(absl::StrCat("parameter \"", key,
-                                  "\" must be an int64_param or uint64_param"));
+// Requested output `requested` in shared memory, when its parameters say so.
+absl::Status LocateOutput(const ModelInferRequest& request,
+                          const ModelInferRequest::InferRequestedOutputTensor& requested,
+                          const SharedMemoryManager* shared_memory, DecodedInferRequest* decoded) {
+  const std::string output = absl::StrCat("output \"", requested.name(), "\"");
+  ASSIGN_OR_RETURN(
+      std::optional<SharedMemoryParameters> in_shared_memory,
+      ParseSharedMemoryParameters(output, requested.parameters(), shared_memory != nullptr));
+  if (!in_shared_memory.has_value()) return absl::OkStatus();
+  // Checked here rather than when the output is written: the shape is known
+  // now, and the request then fails before it is computed. Compared in
+  // elements, as for the input.
+  const absl::StatusOr<int64_t> count = CheckedNumElements(decoded->output_shape);
+  if (!count.ok() || static_cast<uint64_t>(in_shared_memory->byte_size) / sizeof(float) <
+                         static_cast<uint64_t>(*count)) {
+    // Triton's wording (server/src/grpc/infer_handler.cc).
+    return Invalid(absl::StrCat(
+        "shared memory size specified with the request for output '", requested.name(), "' (",
+        in_shared_memory->byte_size, " bytes) should be at least ",
+        count.ok() ? Fp32ByteCount(*count) : "more than INT64_MAX", " bytes to hold the results"));
   }
+  ASSIGN_OR_RETURN(SharedMemoryView view, FindRegion(output, *in_shared_memory, *shared_memory));
+  // The CPU backend computes a lone request from its input straight into its
+  // output, which must therefore not alias it.
+  if (decoded->shared_memory_input.has_value()) {
+    const SharedMemoryView& input = *decoded->shared_memory_input;
+    const uint64_t input_start = input.region->offset() + input.offset_in_region;
+    const uint64_t output_start = view.region->offset() + view.offset_in_region;
+    if (input.region->key() == view.region->key() && input_start < output_start + view.byte_size &&
+        output_start < input_start + input.byte_size) {
+      return Invalid(absl::StrCat(
+          output, " (bytes ", output_start, " to ", output_start + view.byte_size,
+          ") overlaps input \"", request.inputs(0).name(), "\" (bytes ", input_start, " to ",
+          input_start + input.byte_size, ") in shared memory object '", view.region->key(), "'"));
+    }
+  }
+  decoded->shared_memory_output = std::move(view);
+  return absl::OkStatus();
 }
 
 absl::Status DecodeParameters(const ModelInferRequest& request, const std::string& model,
@@ -181,9 +336,10 @@ absl::Status DecodeParameters(const ModelInferRequest& request, const std::strin
 
 }  // namespace
 
-absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
-    const inference::ModelInferRequest& request, const inference::ModelConfig& config,
-    const Model& model) {
+absl::StatusOr<DecodedInferRequest> DecodeInferRequest(const inference::ModelInferRequest& request,
+                                                       const inference::ModelConfig& config,
+                                                       const Model& model,
+                                                       const SharedMemoryManager* shared_memory) {
   const std::string& input_name = config.input(0).name();
   if (request.inputs_size() != 1) {
     return Invalid(absl::StrCat("model \"", config.name(), "\" expects 1 input (\"",
@@ -198,15 +354,11 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
     return Invalid(absl::StrCat("input \"", tensor.name(), "\" has datatype \"",
                                 tensor.datatype(), "\", model expects \"FP32\""));
   }
-  if (tensor.parameters().contains("shared_memory_region")) {
-    return Invalid(absl::StrCat("input \"", tensor.name(),
-                                "\" uses shared memory, which this server does not support"));
-  }
   DecodedInferRequest decoded;
   RETURN_IF_ERROR(CheckShape(tensor, config, &decoded.input_shape));
   decoded.batch_size = config.max_batch_size() > 0 ? decoded.input_shape[0] : 1;
   ASSIGN_OR_RETURN(decoded.output_shape, model.OutputShape(decoded.input_shape));
-  RETURN_IF_ERROR(LocateData(request, NumElements(decoded.input_shape), &decoded));
+  RETURN_IF_ERROR(LocateData(request, NumElements(decoded.input_shape), shared_memory, &decoded));
 
   const std::string& output_name = config.output(0).name();
   for (int i = 0; i < request.outputs_size(); ++i) {
@@ -218,10 +370,6 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
     if (i > 0) {
       return Invalid(absl::StrCat("output \"", output_name, "\" is requested more than once"));
     }
-    if (requested.parameters().contains("shared_memory_region")) {
-      return Invalid(absl::StrCat("output \"", output_name,
-                                  "\" uses shared memory, which this server does not support"));
-    }
     // Triton's classification extension would answer top-k labels instead of
     // the tensor; answering the tensor would silently change the meaning.
     if (requested.parameters().contains("classification")) {
@@ -229,6 +377,7 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
                                   "\" asks for classification, which this server does not "
                                   "support"));
     }
+    RETURN_IF_ERROR(LocateOutput(request, requested, shared_memory, &decoded));
   }
   RETURN_IF_ERROR(DecodeParameters(request, config.name(), &decoded));
   return decoded;

@@ -1,9 +1,12 @@
 #include "server/grpc/inference_service.h"
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -87,11 +90,60 @@ void FillStatistics(const ModelVersionRecord& record, inference::ModelStatistics
   }
 }
 
+absl::Status SharedMemoryDisabled() {
+  return absl::UnimplementedError(
+      "system shared memory is disabled on this server (start it with "
+      "--allow-shared-memory=true)");
+}
+
+// What a ModelInfer call keeps alive until it completes: the decoded request
+// (its aligned input copy, the shared-memory regions it reads and writes)
+// and, for an output bound for shared memory that cannot be written in place,
+// the buffer the instance writes it to first.
+struct InferCall {
+  DecodedInferRequest decoded;
+  std::vector<float> output_staging;
+};
+
+// Where the instance writes the output of `shape`: the response's raw entry,
+// or the shared-memory region the request named. The region is written in
+// place when it is float-aligned and large enough (the decoder checked the
+// size against the same shape), otherwise through output_staging.
+float* AllocateOutput(InferCall& call, std::string* raw_output, const Shape& shape) {
+  const int64_t count = NumElements(shape);
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+  if (!call.decoded.shared_memory_output.has_value()) {
+    raw_output->resize(bytes);
+    return reinterpret_cast<float*>(raw_output->data());
+  }
+  const SharedMemoryView& region = *call.decoded.shared_memory_output;
+  if (bytes <= region.byte_size && reinterpret_cast<uintptr_t>(region.data) % alignof(float) == 0) {
+    return reinterpret_cast<float*>(region.data);
+  }
+  call.output_staging.resize(count);
+  return call.output_staging.data();
+}
+
+// Copies a staged output into its shared-memory region. Internal, and nothing
+// written, when it does not fit.
+absl::Status FinishStagedOutput(InferCall& call) {
+  if (call.output_staging.empty()) return absl::OkStatus();
+  const SharedMemoryView& region = *call.decoded.shared_memory_output;
+  const uint64_t bytes = call.output_staging.size() * sizeof(float);
+  if (bytes > region.byte_size) {
+    return absl::InternalError(absl::StrCat("the output has ", bytes, " bytes, more than the ",
+                                            region.byte_size,
+                                            " bytes of shared memory checked for it"));
+  }
+  std::memcpy(region.data, call.output_staging.data(), bytes);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 InferenceService::InferenceService(InferenceServiceOptions options, const ModelManager* models,
-                                   Clock* clock)
-    : options_(std::move(options)), models_(models), clock_(clock) {}
+                                   Clock* clock, SharedMemoryManager* shared_memory)
+    : options_(std::move(options)), models_(models), clock_(clock), shared_memory_(shared_memory) {}
 
 bool InferenceService::Ready() const { return models_->Ready(options_.strict_readiness); }
 
@@ -127,6 +179,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
   for (const char* extension : {"model_configuration", "statistics", "parameters"}) {
     response->add_extensions(extension);
   }
+  if (shared_memory_ != nullptr) response->add_extensions("system_shared_memory");
   return Finish(context, absl::OkStatus());
 }
 
@@ -203,6 +256,42 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  if (shared_memory_ == nullptr) return Finish(context, SharedMemoryDisabled());
+  absl::StatusOr<std::vector<std::shared_ptr<const SharedMemoryRegion>>> regions =
+      shared_memory_->Status(request->name());
+  if (!regions.ok()) return Finish(context, regions.status());
+  for (const std::shared_ptr<const SharedMemoryRegion>& region : *regions) {
+    inference::SystemSharedMemoryStatusResponse::RegionStatus& status =
+        (*response->mutable_regions())[region->name()];
+    status.set_name(region->name());
+    status.set_key(region->key());
+    status.set_offset(region->offset());
+    status.set_byte_size(region->byte_size());
+  }
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  if (shared_memory_ == nullptr) return Finish(context, SharedMemoryDisabled());
+  return Finish(context, shared_memory_->Register(request->name(), request->key(),
+                                                  request->offset(), request->byte_size()));
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* context,
+    const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  if (shared_memory_ == nullptr) return Finish(context, SharedMemoryDisabled());
+  shared_memory_->Unregister(request->name());
+  return Finish(context, absl::OkStatus());
+}
+
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
@@ -213,7 +302,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   const ModelVersionRecord* record = *found;
 
   absl::StatusOr<DecodedInferRequest> decoded =
-      DecodeInferRequest(*request, record->config(), record->model());
+      DecodeInferRequest(*request, record->config(), record->model(), shared_memory_);
   if (!decoded.ok()) {
     RequestTimestamps timestamps;
     timestamps.received = received;
@@ -228,30 +317,33 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
   output->set_name(record->config().output(0).name());
   output->set_datatype("FP32");
   for (int64_t dim : decoded->output_shape) output->add_shape(dim);
+  // Every output has a raw entry, index-aligned with `outputs`; it stays empty
+  // when the output goes to shared memory (as in Triton).
   std::string* raw_output = response->add_raw_output_contents();
 
+  auto call = std::make_shared<InferCall>();
+  call->decoded = *std::move(decoded);
   auto inference_request = std::make_unique<InferenceRequest>();
   inference_request->id = request->id();
-  inference_request->input_shape = decoded->input_shape;
-  inference_request->batch_size = decoded->batch_size;
-  inference_request->input = decoded->input;
+  inference_request->input_shape = call->decoded.input_shape;
+  inference_request->batch_size = call->decoded.batch_size;
+  inference_request->input = call->decoded.input;
   inference_request->deadline = DeadlineOf(*context);
-  inference_request->requested_timeout = decoded->timeout;
+  inference_request->requested_timeout = call->decoded.timeout;
   inference_request->timestamps.received = received;
   inference_request->is_cancelled = [context] { return context->IsCancelled(); };
-  inference_request->allocate_output = [raw_output](const Shape& shape) {
-    // The output is written straight into the response message.
-    raw_output->resize(NumElements(shape) * sizeof(float));
-    return reinterpret_cast<float*>(raw_output->data());
+  // The output is written straight into the response message or the
+  // shared-memory region.
+  inference_request->allocate_output = [call, raw_output](const Shape& shape) {
+    return AllocateOutput(*call, raw_output, shape);
   };
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  // Keeps an aligned copy of the input (rarely used) alive until completion.
-  auto decoded_holder = std::make_shared<DecodedInferRequest>(*std::move(decoded));
   Clock* clock = clock_;
-  const int64_t batch_size = decoded_holder->batch_size;
-  inference_request->on_complete = [reactor, record, clock, batch_size, decoded_holder](
-                                        const absl::Status& status,
-                                        const RequestTimestamps& timestamps) {
+  const int64_t batch_size = call->decoded.batch_size;
+  inference_request->on_complete = [reactor, record, clock, batch_size, call](
+                                       const absl::Status& computed,
+                                       const RequestTimestamps& timestamps) {
+    const absl::Status status = computed.ok() ? FinishStagedOutput(*call) : computed;
     const absl::Time finished = clock->Now();
     if (status.ok()) {
       record->metrics().RecordSuccess(timestamps, batch_size, finished);

@@ -1,16 +1,19 @@
 #pragma once
 
 // inference.GRPCInferenceService (KServe v2 as Triton defines it) on the gRPC
-// callback API. Health, metadata, config, statistics and repository RPCs
-// answer inline; ModelInfer decodes the request against the model's config,
-// hands it to the model's batcher and returns; the reactor is finished from
-// the completion path. RPCs not overridden here answer UNIMPLEMENTED.
+// callback API. Health, metadata, config, statistics, repository and system
+// shared-memory RPCs answer inline; ModelInfer decodes the request against the
+// model's config, hands it to the model's batcher and returns; the reactor is
+// finished from the completion path. RPCs not overridden here (the CUDA
+// shared-memory ones among them: `cuda_shared_memory` is not an extension we
+// list) answer UNIMPLEMENTED.
 
 #include <string>
 
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/batching/clock.h"
 #include "server/runtime/model_manager.h"
+#include "server/shm/shared_memory_manager.h"
 
 namespace fuseserve {
 
@@ -24,8 +27,13 @@ struct InferenceServiceOptions {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `models` and `clock` must outlive the service.
-  InferenceService(InferenceServiceOptions options, const ModelManager* models, Clock* clock);
+  // `models`, `clock` and `shared_memory` must outlive the service.
+  // `shared_memory` null means the system_shared_memory extension is off
+  // (--allow-shared-memory=false): it is not listed in ServerMetadata, its
+  // three RPCs answer UNIMPLEMENTED and a request naming a region is
+  // INVALID_ARGUMENT.
+  InferenceService(InferenceServiceOptions options, const ModelManager* models, Clock* clock,
+                   SharedMemoryManager* shared_memory = nullptr);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,
@@ -54,6 +62,18 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* context,
+      const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
 
   // Whether the server is ready (the same answer as ServerReady).
   bool Ready() const;
@@ -62,6 +82,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   InferenceServiceOptions options_;
   const ModelManager* models_;
   Clock* clock_;
+  SharedMemoryManager* shared_memory_;
 };
 
 }  // namespace fuseserve

@@ -48,6 +48,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
+  EXPECT_FALSE(options->allow_shared_memory);
   EXPECT_EQ(options->port_file, "");
   EXPECT_FALSE(options->help);
 }
@@ -56,9 +57,11 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
   absl::StatusOr<ServerOptions> options =
       Parse({"--model-repository=/srv/models", "--grpc-port=9001", "--metrics-port=9002",
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
-             "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096"});
+             "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096",
+             "--allow-shared-memory=true"});
 
   ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->allow_shared_memory);
   EXPECT_EQ(options->max_request_bytes, 4096);
   EXPECT_EQ(options->model_repository, "/srv/models");
   EXPECT_EQ(options->grpc_port, 9001);
@@ -140,6 +143,18 @@ TEST(ServerOptionsTest, RejectsMaxRequestBytesOutsideOneToInt32Max) {
 TEST(ServerOptionsTest, RejectsBadBoolean) {
   EXPECT_THAT(ParseError({"--model-repository=/m", "--strict-readiness=yes"}),
               AllOf(HasSubstr("--strict-readiness"), HasSubstr("\"yes\"")));
+}
+
+TEST(ServerOptionsTest, ParsesAllowSharedMemoryBoolean) {
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, bool>>{
+           {"true", true}, {"1", true}, {"false", false}, {"0", false}}) {
+    absl::StatusOr<ServerOptions> options =
+        Parse({"--model-repository=/m", "--allow-shared-memory=" + value});
+    ASSERT_TRUE(options.ok()) << options.status();
+    EXPECT_EQ(options->allow_shared_memory, expected) << value;
+  }
+  EXPECT_THAT(ParseError({"--model-repository=/m", "--allow-shared-memory=on"}),
+              AllOf(HasSubstr("--allow-shared-memory"), HasSubstr("\"on\"")));
 }
 
 TEST(ServerOptionsTest, RejectsUnknownFlagNamingIt) {
@@ -329,7 +344,7 @@ TEST(ServerOptionsTest, UsageDescribesEveryFlag) {
        {"--model-repository", "--grpc-port", "--metrics-port", "--exit-timeout-secs",
         "--grpc-address", "--metrics-address", "--strict-readiness", "--port-file",
         "--max-request-bytes", "--grpc-use-ssl", "--grpc-use-ssl-mutual", "--grpc-server-cert",
-        "--grpc-server-key", "--grpc-root-cert", "--help"}) {
+        "--grpc-server-key", "--grpc-root-cert", "--allow-shared-memory", "--help"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
   EXPECT_THAT(usage, AllOf(HasSubstr("8001"), HasSubstr("8002"), HasSubstr("30")));

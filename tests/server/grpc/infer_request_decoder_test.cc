@@ -2,6 +2,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +14,8 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
+#include "server/shm/shared_memory_manager.h"
+#include "tests/server/shm/test_shared_memory_object.h"
 
 namespace fuseserve {
 namespace {
@@ -133,7 +138,7 @@ inference::ModelInferRequest TypedRequest(const Shape& shape) {
 class InferRequestDecoderTest : public ::testing::Test {
  protected:
   absl::StatusOr<DecodedInferRequest> Decode(const inference::ModelInferRequest& request) {
-    return DecodeInferRequest(request, config_, model_);
+    return DecodeInferRequest(request, config_, model_, shared_memory_);
   }
 
   // Asserts that decoding fails with InvalidArgument and returns the message.
@@ -148,6 +153,8 @@ class InferRequestDecoderTest : public ::testing::Test {
 
   inference::ModelConfig config_ = BatchingConfig();
   FakeModel model_;
+  // Null: the server does not allow shared memory.
+  const SharedMemoryManager* shared_memory_ = nullptr;
 };
 
 TEST_F(InferRequestDecoderTest, DecodesRawInputInPlaceWithoutCopying) {
@@ -400,22 +407,29 @@ TEST_F(InferRequestDecoderTest, RejectsOutputRequestedTwice) {
   EXPECT_THAT(DecodeError(request), HasSubstr("more than once"));
 }
 
-TEST_F(InferRequestDecoderTest, RejectsSharedMemoryInput) {
-  inference::ModelInferRequest request = RequestWithoutData({1, 3, 2});
-  auto& parameters = *request.mutable_inputs(0)->mutable_parameters();
-  parameters["shared_memory_region"].set_string_param("region0");
-  parameters["shared_memory_byte_size"].set_int64_param(24);
+// Without a SharedMemoryManager (--allow-shared-memory off) any of the
+// parameters is refused, whatever the others say.
+TEST_F(InferRequestDecoderTest, RefusesSharedMemoryInputWhenTheServerDoesNotAllowIt) {
+  for (const char* key :
+       {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}) {
+    inference::ModelInferRequest request = RequestWithoutData({1, 3, 2});
+    (*request.mutable_inputs(0)->mutable_parameters())[key].set_string_param("region0");
 
-  EXPECT_THAT(DecodeError(request), HasSubstr("shared memory"));
+    EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("input \"input\" uses shared memory"),
+                                            HasSubstr("--allow-shared-memory=true")))
+        << key;
+  }
 }
 
-TEST_F(InferRequestDecoderTest, RejectsSharedMemoryOutput) {
+TEST_F(InferRequestDecoderTest, RefusesSharedMemoryOutputWhenTheServerDoesNotAllowIt) {
   inference::ModelInferRequest request = RawRequest({1, 3, 2});
   auto* output = request.add_outputs();
   output->set_name("output");
   (*output->mutable_parameters())["shared_memory_region"].set_string_param("region0");
+  (*output->mutable_parameters())["shared_memory_byte_size"].set_int64_param(48);
 
-  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("\"output\""), HasSubstr("shared memory")));
+  EXPECT_THAT(DecodeError(request), AllOf(HasSubstr("output \"output\" uses shared memory"),
+                                          HasSubstr("--allow-shared-memory=true")));
 }
 
 TEST_F(InferRequestDecoderTest, RejectsClassificationOutput) {
@@ -514,6 +528,308 @@ TEST_F(InferRequestDecoderTest, IgnoresParametersThatDoNotChangeTheResult) {
   absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_THAT(decoded->output_shape, ElementsAre(1, 3, 4));
+}
+
+// --- Inputs and outputs in system shared memory ---
+
+constexpr char kRegion[] = "region";
+constexpr int64_t kObjectBytes = 4096;
+// Input [1, 3, 2] is 6 floats (24 bytes); its output [1, 3, 4] 12 (48 bytes).
+const Shape kShape = {1, 3, 2};
+constexpr int64_t kInputBytes = 24;
+constexpr int64_t kOutputBytes = 48;
+
+using Parameters = google::protobuf::Map<std::string, inference::InferParameter>;
+
+// Sets Triton's shared-memory parameters (int64 values, offset only when given).
+void SetSharedMemory(Parameters* parameters, const std::string& region, int64_t byte_size,
+                     std::optional<int64_t> offset = std::nullopt) {
+  (*parameters)["shared_memory_region"].set_string_param(region);
+  (*parameters)["shared_memory_byte_size"].set_int64_param(byte_size);
+  if (offset.has_value()) (*parameters)["shared_memory_offset"].set_int64_param(*offset);
+}
+
+// One object registered whole as region "region".
+class InferRequestDecoderSharedMemoryTest : public InferRequestDecoderTest {
+ protected:
+  void SetUp() override {
+    auto object = testing::TestSharedMemoryObject::Create(kObjectBytes);
+    ASSERT_TRUE(object.ok()) << object.status();
+    object_ = *std::move(object);
+    ASSERT_TRUE(manager_.Register(kRegion, object_->key(), 0, kObjectBytes).ok());
+    shared_memory_ = &manager_;
+  }
+
+  // A request whose input (Iota data of kShape, written into the object at
+  // `offset`) is in the region.
+  inference::ModelInferRequest SharedMemoryInputRequest(int64_t offset) {
+    const std::vector<float> values = Iota(NumElements(kShape));
+    std::memcpy(object_->data() + offset, values.data(), kInputBytes);
+    inference::ModelInferRequest request = RequestWithoutData(kShape);
+    SetSharedMemory(request.mutable_inputs(0)->mutable_parameters(), kRegion, kInputBytes, offset);
+    return request;
+  }
+
+  // Asks for the output in the region.
+  static void AddSharedMemoryOutput(inference::ModelInferRequest* request, int64_t byte_size,
+                                    std::optional<int64_t> offset) {
+    auto* output = request->add_outputs();
+    output->set_name("output");
+    SetSharedMemory(output->mutable_parameters(), kRegion, byte_size, offset);
+  }
+
+  // The error decoding fails with (asserting its code).
+  std::string DecodeErrorWithCode(const inference::ModelInferRequest& request,
+                                  absl::StatusCode code) {
+    absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+    EXPECT_EQ(decoded.status().code(), code) << decoded.status();
+    return std::string(decoded.status().message());
+  }
+
+  std::unique_ptr<testing::TestSharedMemoryObject> object_;
+  SharedMemoryManager manager_;
+};
+
+TEST_F(InferRequestDecoderSharedMemoryTest, ReadsInputInPlaceFromTheRegion) {
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(SharedMemoryInputRequest(64));
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->shared_memory_input.has_value());
+  const SharedMemoryView& view = *decoded->shared_memory_input;
+  EXPECT_EQ(view.region->name(), kRegion);
+  EXPECT_EQ(view.offset_in_region, 64u);
+  EXPECT_EQ(view.byte_size, static_cast<uint64_t>(kInputBytes));
+  EXPECT_EQ(static_cast<const void*>(decoded->input), static_cast<const void*>(view.data));
+  EXPECT_TRUE(decoded->aligned_copy.empty());
+  EXPECT_THAT(std::vector<float>(decoded->input, decoded->input + 6), ElementsAreArray(Iota(6)));
+  EXPECT_EQ(decoded->output_shape, (Shape{1, 3, 4}));
+  EXPECT_FALSE(decoded->shared_memory_output.has_value());
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, OffsetDefaultsToZero) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+  request.mutable_inputs(0)->mutable_parameters()->erase("shared_memory_offset");
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->shared_memory_input->offset_in_region, 0u);
+  EXPECT_THAT(std::vector<float>(decoded->input, decoded->input + 6), ElementsAreArray(Iota(6)));
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, AcceptsUint64SizeAndOffset) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(128);
+  auto& parameters = *request.mutable_inputs(0)->mutable_parameters();
+  parameters["shared_memory_byte_size"].set_uint64_param(kInputBytes);
+  parameters["shared_memory_offset"].set_uint64_param(128);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->shared_memory_input->offset_in_region, 128u);
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, CopiesInputThatIsNotFloatAligned) {
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(SharedMemoryInputRequest(66));
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->aligned_copy.size(), 6u);
+  EXPECT_EQ(decoded->input, decoded->aligned_copy.data());
+  EXPECT_THAT(std::vector<float>(decoded->input, decoded->input + 6), ElementsAreArray(Iota(6)));
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, PlacesOutputInTheRegion) {
+  inference::ModelInferRequest request = RawRequest(kShape);
+  AddSharedMemoryOutput(&request, kOutputBytes, 256);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_FALSE(decoded->shared_memory_input.has_value());
+  ASSERT_TRUE(decoded->shared_memory_output.has_value());
+  EXPECT_EQ(decoded->shared_memory_output->offset_in_region, 256u);
+  EXPECT_EQ(decoded->shared_memory_output->byte_size, static_cast<uint64_t>(kOutputBytes));
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, AcceptsOutputSpaceLargerThanTheOutput) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+  AddSharedMemoryOutput(&request, 1000, 1024);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->shared_memory_output->byte_size, 1000u);
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsOutputSpaceSmallerThanTheOutput) {
+  inference::ModelInferRequest request = RawRequest(kShape);
+  AddSharedMemoryOutput(&request, kOutputBytes - 1, 0);
+
+  EXPECT_EQ(DecodeError(request),
+            "shared memory size specified with the request for output 'output' (47 bytes) "
+            "should be at least 48 bytes to hold the results");
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsInputByteSizeThatDoesNotMatchTheShape) {
+  for (int64_t byte_size : {kInputBytes - 4, kInputBytes + 4, kInputBytes + 1}) {
+    inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+    (*request.mutable_inputs(0)->mutable_parameters())["shared_memory_byte_size"].set_int64_param(
+        byte_size);
+
+    EXPECT_EQ(DecodeError(request),
+              absl::StrCat("input \"input\" has ", byte_size,
+                           " bytes in shared memory (shared_memory_byte_size), expected 24 (6 "
+                           "FP32 values of shape [1, 3, 2])"));
+  }
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, ReportsUnknownRegionAsNotFound) {
+  inference::ModelInferRequest input = SharedMemoryInputRequest(0);
+  (*input.mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param("x");
+  EXPECT_EQ(DecodeErrorWithCode(input, absl::StatusCode::kNotFound),
+            "input \"input\": Unable to find shared memory region: 'x'");
+
+  inference::ModelInferRequest output = RawRequest(kShape);
+  AddSharedMemoryOutput(&output, kOutputBytes, 0);
+  (*output.mutable_outputs(0)->mutable_parameters())["shared_memory_region"].set_string_param("");
+  EXPECT_EQ(DecodeErrorWithCode(output, absl::StatusCode::kNotFound),
+            "output \"output\": Unable to find shared memory region: ''");
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsRangesOutsideTheRegion) {
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  for (int64_t offset : {kObjectBytes - kInputBytes + 4, kObjectBytes + 4, kInt64Max}) {
+    inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+    (*request.mutable_inputs(0)->mutable_parameters())["shared_memory_offset"].set_int64_param(
+        offset);
+
+    EXPECT_EQ(DecodeError(request),
+              absl::StrCat("input \"input\": offset ", offset,
+                           " + byte size 24 is out of bounds of shared memory region 'region' "
+                           "(4096 bytes)"));
+  }
+  inference::ModelInferRequest output = RawRequest(kShape);
+  AddSharedMemoryOutput(&output, kInt64Max, 8);
+  EXPECT_THAT(DecodeError(output), AllOf(HasSubstr("output \"output\""),
+                                         HasSubstr("out of bounds of shared memory region")));
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsParametersOfTheWrongType) {
+  struct Case {
+    const char* key;
+    void (*set)(inference::InferParameter*);
+    const char* message;
+  };
+  const Case cases[] = {
+      {"shared_memory_region", [](inference::InferParameter* p) { p->set_int64_param(1); },
+       "parameter \"shared_memory_region\" must be a string_param"},
+      {"shared_memory_byte_size", [](inference::InferParameter* p) { p->set_string_param("24"); },
+       "parameter \"shared_memory_byte_size\" must be an int64_param or uint64_param"},
+      {"shared_memory_byte_size", [](inference::InferParameter* p) { p->set_double_param(24); },
+       "parameter \"shared_memory_byte_size\" must be an int64_param or uint64_param"},
+      {"shared_memory_byte_size", [](inference::InferParameter* p) { p->set_int64_param(-24); },
+       "parameter \"shared_memory_byte_size\" must not be negative, got -24"},
+      {"shared_memory_byte_size",
+       [](inference::InferParameter* p) { p->set_uint64_param(uint64_t{1} << 63); },
+       "parameter \"shared_memory_byte_size\" is out of range"},
+      {"shared_memory_offset", [](inference::InferParameter* p) { p->set_bool_param(true); },
+       "parameter \"shared_memory_offset\" must be an int64_param or uint64_param"},
+      {"shared_memory_offset", [](inference::InferParameter* p) { p->set_int64_param(-4); },
+       "parameter \"shared_memory_offset\" must not be negative, got -4"},
+  };
+  for (const Case& test_case : cases) {
+    inference::ModelInferRequest input = SharedMemoryInputRequest(0);
+    test_case.set(&(*input.mutable_inputs(0)->mutable_parameters())[test_case.key]);
+    EXPECT_EQ(DecodeError(input), absl::StrCat("input \"input\": ", test_case.message));
+
+    inference::ModelInferRequest output = RawRequest(kShape);
+    AddSharedMemoryOutput(&output, kOutputBytes, 0);
+    test_case.set(&(*output.mutable_outputs(0)->mutable_parameters())[test_case.key]);
+    EXPECT_EQ(DecodeError(output), absl::StrCat("output \"output\": ", test_case.message));
+  }
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsIncompleteParameterSets) {
+  const struct {
+    const char* erased;
+    const char* message;
+  } cases[] = {
+      {"shared_memory_region",
+       "parameter \"shared_memory_byte_size\" needs parameter \"shared_memory_region\""},
+      {"shared_memory_byte_size",
+       "parameter \"shared_memory_region\" needs parameter \"shared_memory_byte_size\""},
+  };
+  for (const auto& test_case : cases) {
+    inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+    request.mutable_inputs(0)->mutable_parameters()->erase(test_case.erased);
+    EXPECT_EQ(DecodeError(request), absl::StrCat("input \"input\": ", test_case.message));
+  }
+  inference::ModelInferRequest offset_only = RawRequest(kShape);
+  auto* output = offset_only.add_outputs();
+  output->set_name("output");
+  (*output->mutable_parameters())["shared_memory_offset"].set_int64_param(0);
+  EXPECT_EQ(DecodeError(offset_only),
+            "output \"output\": parameter \"shared_memory_offset\" needs parameter "
+            "\"shared_memory_region\"");
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsSharedMemoryInputThatAlsoCarriesData) {
+  inference::ModelInferRequest raw = SharedMemoryInputRequest(0);
+  raw.add_raw_input_contents(RawBytes(Iota(6)));
+  EXPECT_EQ(DecodeError(raw),
+            "request has 1 raw_input_contents entries, but its only input (input \"input\") is "
+            "in shared memory");
+
+  inference::ModelInferRequest typed = SharedMemoryInputRequest(0);
+  for (float value : Iota(6)) typed.mutable_inputs(0)->mutable_contents()->add_fp32_contents(value);
+  EXPECT_EQ(DecodeError(typed),
+            "input \"input\" is in shared memory and must not also carry contents");
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, RejectsOutputThatOverlapsTheInput) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(100);
+  AddSharedMemoryOutput(&request, kOutputBytes, 100 + kInputBytes - 4);
+
+  EXPECT_EQ(DecodeError(request),
+            "output \"output\" (bytes 120 to 168) overlaps input \"input\" (bytes 100 to 124) in "
+            "shared memory object '" +
+                object_->key() + "'");
+}
+
+// The same object registered twice under two names is still one memory.
+TEST_F(InferRequestDecoderSharedMemoryTest, DetectsOverlapThroughAnotherRegionOfTheSameObject) {
+  ASSERT_TRUE(manager_.Register("alias", object_->key(), 64, 512).ok());
+  inference::ModelInferRequest request = SharedMemoryInputRequest(100);
+  AddSharedMemoryOutput(&request, kOutputBytes, 0);
+  (*request.mutable_outputs(0)->mutable_parameters())["shared_memory_region"].set_string_param(
+      "alias");
+
+  EXPECT_THAT(DecodeError(request), HasSubstr("(bytes 64 to 112) overlaps input"));
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, AcceptsOutputRightAfterTheInput) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+  AddSharedMemoryOutput(&request, kOutputBytes, kInputBytes);
+
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->shared_memory_input.has_value());
+  EXPECT_TRUE(decoded->shared_memory_output.has_value());
+}
+
+TEST_F(InferRequestDecoderSharedMemoryTest, DecodedRequestKeepsRegionsMappedAfterUnregister) {
+  inference::ModelInferRequest request = SharedMemoryInputRequest(0);
+  AddSharedMemoryOutput(&request, kOutputBytes, 512);
+  absl::StatusOr<DecodedInferRequest> decoded = Decode(request);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+
+  manager_.Unregister("");
+  object_->Unlink();
+
+  EXPECT_THAT(std::vector<float>(decoded->input, decoded->input + 6), ElementsAreArray(Iota(6)));
+  decoded->shared_memory_output->data[0] = 0x7F;
+  EXPECT_EQ(object_->data()[512], 0x7F);
 }
 
 }  // namespace
