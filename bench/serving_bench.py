@@ -65,9 +65,20 @@ READY_TIMEOUT_S = 30
 
 FUSESERVE = "fuseserve"
 NOBATCH = "fuseserve_nobatch"
+SHM = "fuseserve_shm"
+SHM_ONE_GPU = "fuseserve_shm_1gpu"
 PEER = "peer"
 SERVER_LABELS = {FUSESERVE: "fuseserve", NOBATCH: "fuseserve, no batching",
+                 SHM: "fuseserve, system shm", SHM_ONE_GPU: "fuseserve, system shm, 1 GPU",
                  PEER: "peer (PyTorch eager)"}
+SERVER_ORDER = (FUSESERVE, NOBATCH, SHM, SHM_ONE_GPU, PEER)
+# Families whose requests are large enough for shared memory to matter: they
+# are also measured with tensors in system shared memory.
+SHM_CONFIGURATIONS = ("conv", "groupnorm")
+# Families whose server-side overhead must stay under this share of the end
+# to end latency at concurrency 1 (issue 6).
+OVERHEAD_CONFIGURATIONS = ("conv", "groupnorm")
+MAX_OVERHEAD_SHARE = 0.25
 
 
 # One family's requests and its (low, high) concurrency levels.
@@ -90,6 +101,10 @@ TARGETS = [
     ("gemm", 0, "latency", FUSESERVE, PEER, None),
     ("conv", 1, "throughput", FUSESERVE, PEER, 2.0),
     ("groupnorm", 1, "throughput", FUSESERVE, PEER, 2.0),
+    ("conv", 1, "throughput", SHM, FUSESERVE, 2.0),
+    ("groupnorm", 1, "throughput", SHM, FUSESERVE, 2.0),
+    # Only on a host with two or more GPUs (--compare-one-gpu).
+    ("conv", 1, "throughput", SHM, SHM_ONE_GPU, 1.7),
 ]
 
 
@@ -247,9 +262,10 @@ def prepare_repository(args, cli, work_dir):
 # --------------------------------------------------------------------------
 # Measuring.
 
-def bench(cli, url, model, shape, levels, args, json_path, text_path):
-  """One `fuseserve-cli bench` run over `levels`; its JSON report."""
-  command = cli.command("bench", model, "--url", url,
+def bench(cli, url, model, shape, levels, args, json_path, text_path, extra=()):
+  """One `fuseserve-cli bench` run over `levels` (plus `extra` flags); its
+  JSON report."""
+  command = cli.command("bench", model, "--url", url, *extra,
                         "--concurrency", ",".join(str(c) for c in levels),
                         "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
                         "--channels", str(args.channels), "--json", json_path,
@@ -269,30 +285,45 @@ def bench(cli, url, model, shape, levels, args, json_path, text_path):
 def level_summary(report, concurrency):
   for level in report["levels"]:
     if level["concurrency"] == concurrency:
-      return {"inferences_per_s": level["throughput"]["inferences_per_s"],
-              "p50_ms": level["latency_us"]["p50"] / 1e3,
-              "p99_ms": level["latency_us"]["p99"] / 1e3,
-              "failed": level["requests"]["failed"],
-              "lost": level["requests"]["lost"],
-              "avg_batch_size": level["server"]["avg_batch_size"],
-              "server_statistics": level["server"]["available"]}
+      server = level["server"]
+      summary = {"inferences_per_s": level["throughput"]["inferences_per_s"],
+                 "p50_ms": level["latency_us"]["p50"] / 1e3,
+                 "p99_ms": level["latency_us"]["p99"] / 1e3,
+                 "avg_ms": level["latency_us"]["avg"] / 1e3,
+                 "failed": level["requests"]["failed"],
+                 "lost": level["requests"]["lost"],
+                 "avg_batch_size": server["avg_batch_size"],
+                 "server_statistics": server["available"]}
+      if server["available"]:
+        # The server's own window per request (decoded -> answered: gRPC's
+        # parsing and serialisation of the messages are outside it) minus the
+        # GPU's compute, against the client's mean end-to-end latency.
+        overhead_us = server["avg_request_us"] - server["avg_compute_infer_us"]
+        summary["server_request_ms"] = server["avg_request_us"] / 1e3
+        summary["compute_ms"] = server["avg_compute_infer_us"] / 1e3
+        summary["server_overhead_ms"] = overhead_us / 1e3
+        if level["latency_us"]["avg"] > 0:
+          summary["server_overhead_share"] = overhead_us / level["latency_us"]["avg"]
+      return summary
   raise BenchError("bench report of %s has no concurrency %d" % (report["model"], concurrency))
 
 
 def measure_server(server, runs, cli, args):
   """Starts `server` (a ServerProcess), benches each of `runs`
-  [(key, model, shape, levels)], stops it; ({key: bench report}, None or
-  the message of an unclean exit)."""
+  [(key, model, shape, levels, extra bench flags)], stops it; ({key: bench
+  report}, None or the message of an unclean exit)."""
   log("%s (logs: %s)" % (server.name, server.work_dir))
   port = server.start()
   url = "127.0.0.1:%d" % port
   reports = {}
   try:
-    server.wait_ready(cli, url, [model for _, model, _, _ in runs])
-    for key, model, shape, levels in runs:
-      log("%s: %s at concurrency %s" % (server.name, model, ",".join(map(str, levels))))
+    server.wait_ready(cli, url, sorted({run[1] for run in runs}))
+    for key, model, shape, levels, extra in runs:
+      log("%s: %s at concurrency %s %s" % (server.name, model, ",".join(map(str, levels)),
+                                           " ".join(extra)))
       stem = os.path.join(args.logs, "%s-%s" % (server.name, key))
-      reports[key] = bench(cli, url, model, shape, levels, args, stem + ".json", stem + ".txt")
+      reports[key] = bench(cli, url, model, shape, levels, args, stem + ".json", stem + ".txt",
+                           extra)
       for level in reports[key]["levels"]:
         log("  concurrency %d: %.1f infer/s, p50 %.3f ms, p99 %.3f ms" % (
             level["concurrency"], level["throughput"]["inferences_per_s"],
@@ -318,7 +349,7 @@ def build_rows(configurations, plans, reports):
     for concurrency in plan["levels"]:
       row = {"configuration": configuration.label, "model": plan["model"],
              "shape": [1] + plan["shape"], "concurrency": concurrency, "servers": {}}
-      for server in (FUSESERVE, NOBATCH, PEER):
+      for server in SERVER_ORDER:
         report = reports.get(server, {}).get(configuration.label)
         if report is not None:
           row["servers"][server] = level_summary(report, concurrency)
@@ -353,6 +384,23 @@ def evaluate_targets(rows, plans):
         result["met"] = mine["p99_ms"] < theirs["p50_ms"]
     result.setdefault("met", None)
     results.append(result)
+  for label in OVERHEAD_CONFIGURATIONS:
+    concurrency = plans[label]["levels"][0]
+    row = next(r for r in rows if r["configuration"] == label and r["concurrency"] == concurrency)
+    for server in (FUSESERVE, SHM):
+      mine = row["servers"].get(server)
+      result = {"configuration": label, "concurrency": concurrency, "kind": "overhead",
+                "server": server, "limit": MAX_OVERHEAD_SHARE,
+                "text": "%s c%d: %s server overhead < %d%% of end to end" % (
+                    label, concurrency, SERVER_LABELS[server], 100 * MAX_OVERHEAD_SHARE)}
+      if mine and "server_overhead_share" in mine:
+        result["value"] = {"share": mine["server_overhead_share"],
+                           "overhead_ms": mine["server_overhead_ms"],
+                           "compute_ms": mine["compute_ms"], "avg_ms": mine["avg_ms"]}
+        result["met"] = mine["server_overhead_share"] < MAX_OVERHEAD_SHARE
+      else:
+        result["met"] = None
+      results.append(result)
   return results
 
 
@@ -363,7 +411,7 @@ def format_table(rows, targets):
   table = [header]
   for row in rows:
     first = True
-    for server in (FUSESERVE, NOBATCH, PEER):
+    for server in SERVER_ORDER:
       s = row["servers"].get(server)
       if s is None:
         continue
@@ -388,6 +436,10 @@ def format_table(rows, targets):
     verdict = {True: "MET", False: "MISSED", None: "n/a"}[t["met"]]
     if isinstance(t.get("value"), float):
       value = "%.2fx" % t["value"]
+    elif "value" in t and t["kind"] == "overhead":
+      value = "%.1f%% (%.3f ms of %.3f ms mean; GPU compute %.3f ms)" % (
+          100 * t["value"]["share"], t["value"]["overhead_ms"], t["value"]["avg_ms"],
+          t["value"]["compute_ms"])
     elif "value" in t:
       value = "p99 %.3f ms vs p50 %.3f ms" % (t["value"]["p99_ms"], t["value"]["other_p50_ms"])
     else:
@@ -422,6 +474,11 @@ def parse_args(argv):
   parser.add_argument("--duration-s", type=float, default=None,
                       help="measured window per level; default 10 (quick 0.6)")
   parser.add_argument("--channels", type=int, default=4, help="gRPC channels of the client")
+  parser.add_argument("--no-shm", action="store_true",
+                      help="skip the system shared-memory runs")
+  parser.add_argument("--compare-one-gpu", action="store_true",
+                      help="also measure the shared-memory runs with the server limited to "
+                           "GPU 0 (CUDA_VISIBLE_DEVICES=0): the multi-GPU scaling target")
   args = parser.parse_args(argv)
   if args.warmup_s is None:
     args.warmup_s = 0.3 if args.quick else 3.0
@@ -453,15 +510,27 @@ def check_peer_python(python):
                      (python, done.stderr.strip()))
 
 
+def _product(values):
+  result = 1
+  for value in values:
+    result *= value
+  return result
+
+
 def plan_configurations(args, repository, by_family):
   """{label: {model, levels, shape (non-batch dims), variable}}."""
   spatial = QUICK_SPATIAL if args.quick else SPATIAL
   plans = {}
   for c in CONFIGURATIONS:
     model = by_family[c.family]
-    dims = list(read_config(os.path.join(repository, model)).input[0].dims)
+    config = read_config(os.path.join(repository, model))
+    dims = list(config.input[0].dims)
+    # The families keep their spatial size: an output's -1 dims are the
+    # input's.
+    output_dims = [spatial if d == -1 else d for d in config.output[0].dims]
     plans[c.label] = {"model": model, "levels": list(c.quick_levels if args.quick else c.levels),
-                      "shape": [spatial if d == -1 else d for d in dims], "variable": -1 in dims}
+                      "shape": [spatial if d == -1 else d for d in dims], "variable": -1 in dims,
+                      "output_bytes": 4 * _product(output_dims)}
   return plans
 
 
@@ -470,23 +539,51 @@ def measure(args, cli, repository, plans, nobatch):
   cannot be measured is an error, and the other is still measured."""
   # --shape only where the config has -1 dims; otherwise bench takes the
   # metadata's dims, which also fit the no-batching variant.
-  runs = [(label, plan["model"], plan["shape"] if plan["variable"] else None, plan["levels"])
+  runs = [(label, plan["model"], plan["shape"] if plan["variable"] else None, plan["levels"], ())
           for label, plan in plans.items()]
+  # Output regions are sized for one request's output (bench cannot infer
+  # it from metadata with -1 dims).
+  shm_runs = [] if args.no_shm else [
+      ("shm-" + label, plan["model"], plan["shape"] if plan["variable"] else None,
+       plan["levels"], ("--shared-memory", "system",
+                        "--output-shared-memory-size", str(plan["output_bytes"])))
+      for label, plan in plans.items() if label in SHM_CONFIGURATIONS]
   max_concurrency = max(max(plan["levels"]) for plan in plans.values())
   reports, errors = {}, []
-  fuseserve = ServerProcess(
-      FUSESERVE, os.path.join(args.logs, FUSESERVE),
-      lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
-                         "--metrics-port=0", "--port-file=" + port_file], cli.env)
+
+  def fuseserve_server(name, env):
+    return ServerProcess(
+        name, os.path.join(args.logs, name),
+        lambda port_file: [args.fuseserve, "--model-repository=" + repository,
+                           "--grpc-port=0", "--metrics-port=0", "--allow-shared-memory=true",
+                           "--port-file=" + port_file], env)
+
+  def split_shm(served):
+    return {key[len("shm-"):]: served.pop(key) for key in list(served) if key.startswith("shm-")}
+
   try:
     served, stop_error = measure_server(
-        fuseserve, runs + [("gemm_nobatch", nobatch, None, plans["gemm"]["levels"])], cli, args)
+        fuseserve_server(FUSESERVE, cli.env),
+        runs + shm_runs + [("gemm_nobatch", nobatch, None, plans["gemm"]["levels"], ())],
+        cli, args)
     reports[NOBATCH] = {"gemm": served.pop("gemm_nobatch")}
+    if shm_runs:
+      reports[SHM] = split_shm(served)
     reports[FUSESERVE] = served
     if stop_error:
       errors.append(stop_error)
   except BenchError as e:
     errors.append(str(e))
+  if args.compare_one_gpu and shm_runs:
+    one_gpu_env = dict(cli.env, CUDA_VISIBLE_DEVICES="0")
+    try:
+      served, stop_error = measure_server(fuseserve_server(SHM_ONE_GPU, one_gpu_env),
+                                          shm_runs, cli, args)
+      reports[SHM_ONE_GPU] = split_shm(served)
+      if stop_error:
+        errors.append(stop_error)
+    except BenchError as e:
+      errors.append(str(e))
   # The peer's concurrency limit is the highest level measured, so that no
   # request waits for a worker thread that the client's load would not.
   peer = ServerProcess(
@@ -523,6 +620,8 @@ def run(args):
       "settings": {"quick": args.quick, "warmup_s": args.warmup_s,
                    "duration_s": args.duration_s, "channels": args.channels,
                    "peer_server": args.peer_server, "peer_device": args.peer_device,
+                   "shared_memory_runs": not args.no_shm,
+                   "compare_one_gpu": args.compare_one_gpu,
                    "peer_max_concurrency": max_concurrency,
                    "repository": args.repository or "default (fuseserve-cli make-repository%s)"
                                  % (" --small" if args.quick else "")},

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,28 +43,82 @@ absl::StatusOr<Response> Call(Method method, const Request& request, absl::Durat
   return response;
 }
 
-absl::StatusOr<inference::ModelInferRequest> BuildRequest(const std::string& model,
-                                                          const std::vector<Tensor>& inputs,
-                                                          const InferOptions& options) {
+// Sets Triton's shared-memory parameters of one tensor; InvalidArgument for
+// a location the protocol cannot express.
+absl::Status SetSharedMemoryParameters(
+    const std::string& what, const SharedMemoryLocation& location,
+    google::protobuf::Map<std::string, inference::InferParameter>* parameters) {
+  constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
+  if (location.region.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shared memory needs a region name"));
+  }
+  if (location.byte_size > kMaxInt64 || location.offset > kMaxInt64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shared-memory byte size and offset must fit int64"));
+  }
+  (*parameters)["shared_memory_region"].set_string_param(location.region);
+  (*parameters)["shared_memory_byte_size"].set_int64_param(
+      static_cast<int64_t>(location.byte_size));
+  if (location.offset != 0) {
+    (*parameters)["shared_memory_offset"].set_int64_param(static_cast<int64_t>(location.offset));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Inputs in shared memory get no raw_input_contents entry: the server takes
+// the entries in order for the inputs that carry no shared_memory_region
+// (Triton's rule).
+absl::StatusOr<inference::ModelInferRequest> BuildInferRequest(const std::string& model,
+                                                               const std::vector<Tensor>& inputs,
+                                                               const InferOptions& options) {
   inference::ModelInferRequest request;
   request.set_model_name(model);
   request.set_model_version(options.model_version);
   request.set_id(options.request_id);
   for (const Tensor& tensor : inputs) {
     ASSIGN_OR_RETURN(const int64_t count, CheckedNumElements(tensor.shape));
-    if (static_cast<size_t>(count) != tensor.data.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("input \"", tensor.name, "\": shape ", ShapeToString(tensor.shape),
-                       " holds ", count, " values, the tensor has ", tensor.data.size()));
-    }
+    const std::string what = absl::StrCat("input \"", tensor.name, "\"");
     auto* input = request.add_inputs();
     input->set_name(tensor.name);
     input->set_datatype("FP32");
     for (int64_t dim : tensor.shape) input->add_shape(dim);
+    if (tensor.shared_memory.has_value()) {
+      if (!tensor.data.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, " has both data and a shared-memory location; give one"));
+      }
+      if (tensor.shared_memory->byte_size != static_cast<uint64_t>(count) * sizeof(float)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": shape ", ShapeToString(tensor.shape), " needs ", count * sizeof(float),
+            " bytes, the shared-memory location holds ", tensor.shared_memory->byte_size));
+      }
+      RETURN_IF_ERROR(
+          SetSharedMemoryParameters(what, *tensor.shared_memory, input->mutable_parameters()));
+      continue;
+    }
+    if (static_cast<size_t>(count) != tensor.data.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeToString(tensor.shape),
+                                                     " holds ", count, " values, the tensor has ",
+                                                     tensor.data.size()));
+    }
     request.add_raw_input_contents(reinterpret_cast<const char*>(tensor.data.data()),
                                    tensor.data.size() * sizeof(float));
   }
   for (const std::string& name : options.outputs) request.add_outputs()->set_name(name);
+  for (const auto& [name, location] : options.output_shared_memory) {
+    inference::ModelInferRequest::InferRequestedOutputTensor* output = nullptr;
+    for (auto& listed : *request.mutable_outputs()) {
+      if (listed.name() == name) output = &listed;
+    }
+    if (output == nullptr) {
+      output = request.add_outputs();
+      output->set_name(name);
+    }
+    RETURN_IF_ERROR(SetSharedMemoryParameters(absl::StrCat("output \"", name, "\""), location,
+                                              output->mutable_parameters()));
+  }
   if (options.queue_timeout > absl::ZeroDuration()) {
     (*request.mutable_parameters())["timeout"].set_int64_param(
         absl::ToInt64Microseconds(options.queue_timeout));
@@ -70,10 +126,15 @@ absl::StatusOr<inference::ModelInferRequest> BuildRequest(const std::string& mod
   return request;
 }
 
+namespace {
+
 // Outputs come from raw_output_contents, index-aligned with `outputs` (what
 // the protocol requires of every server); typed fp32_contents are accepted
-// from servers that send no raw entries at all.
-absl::StatusOr<InferResult> DecodeResponse(const inference::ModelInferResponse& response) {
+// from servers that send no raw entries at all. An output placed in shared
+// memory (`in_shared_memory`) has an empty raw entry, or none.
+absl::StatusOr<InferResult> DecodeResponse(
+    const inference::ModelInferResponse& response,
+    const std::map<std::string, SharedMemoryLocation>& in_shared_memory) {
   InferResult result;
   result.model_name = response.model_name();
   result.model_version = response.model_version();
@@ -98,12 +159,25 @@ absl::StatusOr<InferResult> DecodeResponse(const inference::ModelInferResponse& 
       return absl::InternalError(
           absl::StrCat("output \"", output.name(), "\": ", count.status().message()));
     }
-    if (raw) {
+    const uint64_t byte_size = static_cast<uint64_t>(*count) * sizeof(float);
+    const auto shared = in_shared_memory.find(output.name());
+    const bool answered_inline =
+        raw ? !response.raw_output_contents(i).empty() : output.contents().fp32_contents_size() > 0;
+    if (shared != in_shared_memory.end() && !answered_inline) {
+      if (byte_size > shared->second.byte_size) {
+        return absl::InternalError(absl::StrCat("output \"", output.name(), "\": shape ",
+                                                ShapeToString(tensor.shape), " needs ", byte_size,
+                                                " bytes, more than the ", shared->second.byte_size,
+                                                " of its shared-memory location"));
+      }
+      tensor.shared_memory = shared->second;
+      tensor.shared_memory->byte_size = byte_size;
+    } else if (raw) {
       const std::string& bytes = response.raw_output_contents(i);
-      if (bytes.size() != static_cast<size_t>(*count) * sizeof(float)) {
-        return absl::InternalError(absl::StrCat(
-            "output \"", output.name(), "\": shape ", ShapeToString(tensor.shape), " needs ",
-            *count * sizeof(float), " bytes, raw_output_contents has ", bytes.size()));
+      if (bytes.size() != byte_size) {
+        return absl::InternalError(absl::StrCat("output \"", output.name(), "\": shape ",
+                                                ShapeToString(tensor.shape), " needs ", byte_size,
+                                                " bytes, raw_output_contents has ", bytes.size()));
       }
       tensor.data.resize(*count);
       if (*count > 0) std::memcpy(tensor.data.data(), bytes.data(), bytes.size());
@@ -146,6 +220,7 @@ struct AsyncCall {
   grpc::ClientContext context;
   inference::ModelInferRequest request;
   inference::ModelInferResponse response;
+  std::map<std::string, SharedMemoryLocation> output_shared_memory;
   std::function<void(absl::StatusOr<InferResult>)> done;
 };
 
@@ -274,29 +349,69 @@ absl::StatusOr<inference::RepositoryIndexResponse> Client::RepositoryIndex(absl:
       inference::RepositoryIndexRequest(), timeout);
 }
 
+absl::Status Client::RegisterSystemSharedMemory(const std::string& name, const std::string& key,
+                                                uint64_t byte_size, uint64_t offset,
+                                                absl::Duration timeout) {
+  inference::SystemSharedMemoryRegisterRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_offset(offset);
+  request.set_byte_size(byte_size);
+  return Call<inference::SystemSharedMemoryRegisterRequest,
+              inference::SystemSharedMemoryRegisterResponse>(
+             [this](auto* c, const auto& q, auto* r) {
+               return stub_->SystemSharedMemoryRegister(c, q, r);
+             },
+             request, timeout)
+      .status();
+}
+
+absl::Status Client::UnregisterSystemSharedMemory(const std::string& name, absl::Duration timeout) {
+  inference::SystemSharedMemoryUnregisterRequest request;
+  request.set_name(name);
+  return Call<inference::SystemSharedMemoryUnregisterRequest,
+              inference::SystemSharedMemoryUnregisterResponse>(
+             [this](auto* c, const auto& q, auto* r) {
+               return stub_->SystemSharedMemoryUnregister(c, q, r);
+             },
+             request, timeout)
+      .status();
+}
+
+absl::StatusOr<inference::SystemSharedMemoryStatusResponse> Client::SystemSharedMemoryStatus(
+    const std::string& name, absl::Duration timeout) {
+  inference::SystemSharedMemoryStatusRequest request;
+  request.set_name(name);
+  return Call<inference::SystemSharedMemoryStatusRequest,
+              inference::SystemSharedMemoryStatusResponse>(
+      [this](auto* c, const auto& q, auto* r) { return stub_->SystemSharedMemoryStatus(c, q, r); },
+      request, timeout);
+}
+
 absl::StatusOr<InferResult> Client::Infer(const std::string& model,
                                           const std::vector<Tensor>& inputs,
                                           const InferOptions& options) {
   ASSIGN_OR_RETURN(const inference::ModelInferRequest request,
-                   BuildRequest(model, inputs, options));
+                   BuildInferRequest(model, inputs, options));
   ASSIGN_OR_RETURN(
       const auto response,
       (Call<inference::ModelInferRequest, inference::ModelInferResponse>(
           [this](auto* c, const auto& q, auto* r) { return stub_->ModelInfer(c, q, r); }, request,
           options.timeout)));
-  return DecodeResponse(response);
+  return DecodeResponse(response, options.output_shared_memory);
 }
 
 void Client::AsyncInfer(const std::string& model, const std::vector<Tensor>& inputs,
                         const InferOptions& options,
                         std::function<void(absl::StatusOr<InferResult>)> done) {
-  absl::StatusOr<inference::ModelInferRequest> request = BuildRequest(model, inputs, options);
+  absl::StatusOr<inference::ModelInferRequest> request = BuildInferRequest(model, inputs, options);
   if (!request.ok()) {
     done(request.status());
     return;
   }
   auto* call = new AsyncCall;
   call->request = *std::move(request);
+  call->output_shared_memory = options.output_shared_memory;
   call->done = std::move(done);
   SetDeadline(call->context, options.timeout);
   {
@@ -307,7 +422,8 @@ void Client::AsyncInfer(const std::string& model, const std::vector<Tensor>& inp
       &call->context, &call->request, &call->response, [this, call](grpc::Status status) {
         absl::Status converted = FromGrpc(status);
         absl::StatusOr<InferResult> result =
-            converted.ok() ? DecodeResponse(call->response) : std::move(converted);
+            converted.ok() ? DecodeResponse(call->response, call->output_shared_memory)
+                           : std::move(converted);
         std::function<void(absl::StatusOr<InferResult>)> done = std::move(call->done);
         // The call's state goes before the count drops (see async_in_flight_);
         // the count drops before `done` runs, so that a `done` which lets its

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,29 @@
 
 namespace fuseserve::client {
 
-// A float32 tensor in host memory, row-major.
+// Where a tensor's bytes lie in a system shared-memory region registered with
+// the server (Client::RegisterSystemSharedMemory): tritonclient's
+// InferInput/InferRequestedOutput::SetSharedMemory(region_name, byte_size,
+// offset), sent as the tensor's shared_memory_region / shared_memory_byte_size
+// / shared_memory_offset parameters.
+struct SharedMemoryLocation {
+  std::string region;      // the name the region was registered under
+  uint64_t byte_size = 0;  // input: the tensor's bytes; output: the room for it
+  uint64_t offset = 0;     // from the start of the registered region
+};
+
+// A float32 tensor, row-major: in host memory (`data`), or in system shared
+// memory (`shared_memory`, with `data` empty).
 struct Tensor {
   std::string name;
   Shape shape;
   std::vector<float> data;
+  // On an input: the server reads the tensor from there instead of from the
+  // request, whose message then carries no bytes for it; `data` must be empty
+  // and byte_size must be the shape's 4 * NumElements. On a result's output:
+  // the server wrote the output there (see InferOptions::output_shared_memory);
+  // byte_size is then the output's size.
+  std::optional<SharedMemoryLocation> shared_memory = std::nullopt;
 };
 
 // How a connection is secured, with tritonclient's names (its
@@ -55,6 +75,16 @@ struct InferOptions {
   absl::Duration timeout = absl::InfiniteDuration();    // gRPC deadline from the call
   absl::Duration queue_timeout = absl::ZeroDuration();  // the `timeout` request parameter; 0 = none
   std::vector<std::string> outputs;                     // empty = all outputs
+  // Outputs the server writes into system shared memory instead of the
+  // response, by output name. Each is requested whether `outputs` lists it or
+  // not; as with any named output, the others then come back only when
+  // `outputs` lists them. Such an output comes back with its shape, empty
+  // `data` and `shared_memory` saying where it lies: read it from the region
+  // (SystemSharedMemoryRegion::Floats) without a copy, once the call has
+  // returned. (A server without the extension may ignore the request and
+  // answer inline; the output then comes back with `data` and no
+  // `shared_memory`.)
+  std::map<std::string, SharedMemoryLocation> output_shared_memory;
 };
 
 struct InferResult {
@@ -63,6 +93,15 @@ struct InferResult {
   std::string id;
   std::vector<Tensor> outputs;  // in the response's order
 };
+
+// The ModelInferRequest that Client::Infer sends for these arguments:
+// FP32 inputs as raw_input_contents or shared-memory parameters, requested
+// outputs, the `timeout` parameter. For callers that send requests
+// themselves (the load generator). InvalidArgument when a tensor's data or
+// shared-memory location disagrees with its shape.
+absl::StatusOr<inference::ModelInferRequest> BuildInferRequest(const std::string& model,
+                                                               const std::vector<Tensor>& inputs,
+                                                               const InferOptions& options);
 
 class Client {
  public:
@@ -94,7 +133,25 @@ class Client {
   absl::StatusOr<inference::RepositoryIndexResponse> RepositoryIndex(
       absl::Duration timeout = absl::Seconds(10));
 
-  // Synchronous inference: inputs sent as raw_input_contents.
+  // Triton's system shared-memory extension (the server must run on the same
+  // host and allow it; fuseserve needs --allow-shared-memory). Registers
+  // `byte_size` bytes starting `offset` bytes into the POSIX shared-memory
+  // object `key` (e.g. "/input_simple", see SystemSharedMemoryRegion) under
+  // `name`, which tensors then use as their SharedMemoryLocation::region.
+  absl::Status RegisterSystemSharedMemory(const std::string& name, const std::string& key,
+                                          uint64_t byte_size, uint64_t offset = 0,
+                                          absl::Duration timeout = absl::Seconds(10));
+  // Unregisters region `name`, or every registered region (this client's and
+  // everyone else's) when `name` is empty. The server unmaps it; the object
+  // itself lives on until its creator removes it.
+  absl::Status UnregisterSystemSharedMemory(const std::string& name = "",
+                                            absl::Duration timeout = absl::Seconds(10));
+  // The registered region `name`, or all of them when `name` is empty.
+  absl::StatusOr<inference::SystemSharedMemoryStatusResponse> SystemSharedMemoryStatus(
+      const std::string& name = "", absl::Duration timeout = absl::Seconds(10));
+
+  // Synchronous inference: inputs sent as raw_input_contents, or read by the
+  // server from shared memory (Tensor::shared_memory).
   absl::StatusOr<InferResult> Infer(const std::string& model, const std::vector<Tensor>& inputs,
                                     const InferOptions& options = {});
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "server/runtime/page_locked_memory.h"
 
 namespace fuseserve {
 namespace {
@@ -52,8 +53,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   InferenceServiceOptions service_options;
   service_options.server_version = FUSESERVE_VERSION;
   service_options.strict_readiness = options.strict_readiness;
+  service_options.page_locked_outputs = PageLockedMemoryAvailable();
   if (options.allow_shared_memory) {
-    server->shared_memory_ = std::make_unique<SharedMemoryManager>();
+    // Regions are page-locked when there is a GPU: instances then copy
+    // tensors between them and the device directly.
+    server->shared_memory_ = std::make_unique<SharedMemoryManager>(
+        SharedMemoryManager::kDefaultMaxRegions, PageLockedMemoryAvailable());
   }
   server->service_ =
       std::make_unique<InferenceService>(std::move(service_options), server->models_.get(),

@@ -19,6 +19,9 @@
 #include "client/bench/request_pool.h"
 #include "client/bench/request_sender.h"
 #include "client/client.h"
+#include "client/interrupt_cleanup.h"
+#include "client/shared_memory.h"
+#include "client/shared_memory_registry.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc_service.grpc.pb.h"
@@ -112,11 +115,31 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   BenchReport report;
   report.options = options;
   ASSIGN_OR_RETURN(report.plan, PlanRequests(metadata, config, options));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<RequestSender> sender,
-      RequestSender::Connect(options.url, credentials, options.channels,
-                             BuildRequestPool(report.plan, options.num_inputs, options.seed),
-                             options.timeout));
+  std::vector<inference::ModelInferRequest> requests =
+      BuildRequestPool(report.plan, options.num_inputs, options.seed);
+
+  // Destroyed in reverse: the sender (no call in flight after it) before the
+  // interrupt handler before the regions it releases.
+  std::unique_ptr<Client> shared_memory_client;
+  std::unique_ptr<SharedMemoryRegistry> registry;
+  std::unique_ptr<InterruptCleanup> interrupt;
+  RequestAssignment assignment = RequestAssignment::kRoundRobin;
+  if (options.shared_memory == SharedMemoryType::kSystem) {
+    shared_memory_client = Client::Create(options.url, credentials);
+    registry = std::make_unique<SharedMemoryRegistry>(shared_memory_client.get());
+    ASSIGN_OR_RETURN(interrupt, InterruptCleanup::Install("fuseserve-cli bench", [&registry] {
+                       registry->ReleaseBeforeExit();
+                     }));
+    report.shared_memory_slots = SharedMemorySlots(options);
+    ASSIGN_OR_RETURN(
+        const std::vector<SlotLocations> slots,
+        CreateSlotRegions(report.plan, requests, report.shared_memory_slots, *registry));
+    ASSIGN_OR_RETURN(requests, BuildSharedMemoryRequests(report.plan, slots));
+    assignment = RequestAssignment::kPerSlot;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RequestSender> sender,
+                   RequestSender::Connect(options.url, credentials, options.channels,
+                                          std::move(requests), assignment, options.timeout));
 
   LevelSettings settings;
   settings.rule.stability = options.stability;
@@ -142,6 +165,13 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
           level.failed, WindowDecisionName(level.decision));
     }
     report.levels.push_back(std::move(level));
+  }
+  if (registry != nullptr) {
+    sender.reset();
+    interrupt.reset();
+    if (const absl::Status released = registry->Release(); !released.ok()) {
+      std::cerr << "fuseserve-cli bench: warning: " << released.message() << "\n";
+    }
   }
   return report;
 }

@@ -41,6 +41,18 @@ Requests:
   --seed S                seed of the random inputs (default 1)
   --channels N            gRPC channels, each its own HTTP/2 connection (default 4)
   --timeout-ms T          per-request deadline (default 0 = none)
+  --shared-memory none|system
+                          system: tensors go through POSIX shared memory, not
+                          the gRPC messages (the server must run on this host
+                          and allow it); each in-flight request slot has its
+                          own input and output region (closed loop: one per
+                          concurrency; open loop: --inputs slots, shared when
+                          more are outstanding), written once, registered
+                          before the first level and removed after the last
+                          (also on failure or Ctrl-C) (default none)
+  --output-shared-memory-size B
+                          bytes of each output region (default: the output's
+                          size from the metadata; needed for variable dims)
 
 Measurement:
   --warmup-s S            warm-up before the first window (default 1)
@@ -239,6 +251,17 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
          options.drain_timeout = absl::Seconds(s);
          return absl::OkStatus();
        }},
+      {"--shared-memory",
+       [&](const std::string& v) -> absl::Status {
+         ASSIGN_OR_RETURN(options.shared_memory, ParseSharedMemoryType(v));
+         return absl::OkStatus();
+       }},
+      {"--output-shared-memory-size",
+       [&](const std::string& v) -> absl::Status {
+         ASSIGN_OR_RETURN(options.output_shared_memory_size,
+                          ParsePositiveInt("--output-shared-memory-size", v));
+         return absl::OkStatus();
+       }},
       {"--json", StoreIn(&options.json_path)},
   };
   const std::map<std::string, bool*> switches = {
@@ -288,6 +311,10 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
 
   if (options.help) return options;
   if (options.model.empty()) return absl::InvalidArgumentError("MODEL is required");
+  if (options.output_shared_memory_size.has_value() &&
+      options.shared_memory != SharedMemoryType::kSystem) {
+    return absl::InvalidArgumentError("--output-shared-memory-size needs --shared-memory system");
+  }
   if (concurrency_given && options.mode == LoadMode::kOpenLoop) {
     return absl::InvalidArgumentError(
         "--concurrency (closed loop) and --rate (open loop) are mutually exclusive");

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/shared_memory.h"
 #include "common/shape.h"
 
 namespace fuseserve::client {
@@ -34,6 +35,15 @@ struct BenchOptions {
   std::vector<int> concurrency = {1};
   std::vector<double> rates_per_s;  // open loop only
   Arrivals arrivals = Arrivals::kPoisson;
+
+  // Tensors in the gRPC messages, or in system shared memory: every
+  // in-flight slot (closed loop: each of the `concurrency` loops; open loop:
+  // `num_inputs` slots, shared round-robin by a larger backlog) gets an input
+  // and an output region of its own, registered before the first level and
+  // removed after the last, whatever the outcome.
+  SharedMemoryType shared_memory = SharedMemoryType::kNone;
+  // Bytes of each output region; none = the output's size from the metadata.
+  std::optional<uint64_t> output_shared_memory_size;
 
   int64_t batch_size = 1;
   std::optional<Shape> shape;  // non-batch dims; replaces the metadata's (needed for -1 dims)

@@ -84,6 +84,17 @@ std::string ShapesText(const RequestPlan& plan) {
   return absl::StrJoin(parts, ", ");
 }
 
+std::string TransportText(const BenchReport& report) {
+  if (report.options.shared_memory != SharedMemoryType::kSystem) return "in the gRPC messages";
+  std::vector<std::string> outputs;
+  for (const OutputSpec& output : report.plan.outputs) {
+    outputs.push_back(absl::StrCat(output.name, " ", output.shared_memory_byte_size, " B"));
+  }
+  return absl::StrCat("in system shared memory, ", report.shared_memory_slots,
+                      " slot(s) with their own regions (outputs: ", absl::StrJoin(outputs, ", "),
+                      ")");
+}
+
 }  // namespace
 
 RunSummary Summarize(const std::vector<LevelResult>& levels) {
@@ -110,6 +121,7 @@ void PrintReport(const BenchReport& report, std::ostream& out) {
                  : absl::StrCat("open loop, ", ArrivalsName(options.arrivals), " arrivals"))
       << ", " << report.plan.inferences_per_request << " inference(s) per request ("
       << ShapesText(report.plan) << "), " << options.channels << " channels\n"
+      << "  tensors: " << TransportText(report) << "\n"
       << "  latency: client-side end to end, over the reported windows (the last agreeing"
       << " ones)\n\n";
 
@@ -250,6 +262,11 @@ nlohmann::json ReportToJson(const BenchReport& report) {
   const RunSummary summary = Summarize(report.levels);
   json errors = json::object();
   for (const auto& [code, count] : summary.errors_by_code) errors[code] = count;
+  const bool shared_memory = options.shared_memory == SharedMemoryType::kSystem;
+  json output_sizes = shared_memory ? json::object() : json(nullptr);
+  for (const OutputSpec& output : report.plan.outputs) {
+    output_sizes[output.name] = output.shared_memory_byte_size;
+  }
   return {
       {"model", options.model},
       {"model_version", options.model_version},
@@ -257,6 +274,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
       {"mode", ModeName(options.mode)},
       {"arrivals",
        options.mode == LoadMode::kOpenLoop ? json(ArrivalsName(options.arrivals)) : json(nullptr)},
+      {"shared_memory", SharedMemoryTypeName(options.shared_memory)},
       {"batch_size", report.plan.inferences_per_request},
       {"inputs", inputs},
       {"settings",
@@ -270,7 +288,9 @@ nlohmann::json ReportToJson(const BenchReport& report) {
         {"duration_s", options.duration.has_value() ? json(absl::ToDoubleSeconds(*options.duration))
                                                     : json(nullptr)},
         {"timeout_ms", absl::ToDoubleMilliseconds(options.timeout)},
-        {"drain_timeout_s", absl::ToDoubleSeconds(options.drain_timeout)}}},
+        {"drain_timeout_s", absl::ToDoubleSeconds(options.drain_timeout)},
+        {"shared_memory_slots", shared_memory ? json(report.shared_memory_slots) : json(nullptr)},
+        {"output_shared_memory_size", output_sizes}}},
       {"levels", levels},
       {"summary",
        {{"sent", summary.sent},

@@ -20,6 +20,7 @@ namespace fuseserve::client {
 struct BenchReport {
   BenchOptions options;
   RequestPlan plan;
+  int shared_memory_slots = 0;  // with --shared-memory system
   std::vector<LevelResult> levels;
 };
 

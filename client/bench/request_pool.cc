@@ -1,9 +1,13 @@
 #include "client/bench/request_pool.h"
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/shared_memory_registry.h"
+#include "common/status_macros.h"
 
 namespace fuseserve::client {
 
@@ -79,7 +83,69 @@ absl::StatusOr<RequestPlan> PlanRequests(const inference::ModelMetadataResponse&
     for (int64_t dim : dims) spec.shape.push_back(dim);
     plan.inputs.push_back(std::move(spec));
   }
+  if (options.shared_memory == SharedMemoryType::kSystem) {
+    for (const auto& output : metadata.outputs()) {
+      OutputSpec spec{output.name(), 0};
+      if (options.output_shared_memory_size.has_value()) {
+        spec.shared_memory_byte_size = *options.output_shared_memory_size;
+      } else {
+        ASSIGN_OR_RETURN(spec.shared_memory_byte_size,
+                         OutputByteSize(output, batching ? options.batch_size : 0));
+      }
+      plan.outputs.push_back(std::move(spec));
+    }
+  }
   return plan;
+}
+
+int SharedMemorySlots(const BenchOptions& options) {
+  if (options.mode == LoadMode::kOpenLoop) return options.num_inputs;
+  return *std::max_element(options.concurrency.begin(), options.concurrency.end());
+}
+
+absl::StatusOr<std::vector<SlotLocations>> CreateSlotRegions(
+    const RequestPlan& plan, const std::vector<inference::ModelInferRequest>& pool, int slots,
+    SharedMemoryRegistry& registry) {
+  if (pool.empty()) return absl::InvalidArgumentError("at least one request is needed");
+  std::vector<SlotLocations> locations(slots);
+  for (int slot = 0; slot < slots; ++slot) {
+    const inference::ModelInferRequest& source = pool[slot % pool.size()];
+    for (const std::string& bytes : source.raw_input_contents()) {
+      ASSIGN_OR_RETURN(const RegisteredRegion input,
+                       registry.Add(absl::StrCat("bench_in", slot), bytes.size()));
+      std::memcpy(input.region->data(), bytes.data(), bytes.size());
+      locations[slot].inputs.push_back(input.Location(bytes.size()));
+    }
+    for (const OutputSpec& spec : plan.outputs) {
+      ASSIGN_OR_RETURN(const RegisteredRegion output,
+                       registry.Add(absl::StrCat("bench_out", slot), spec.shared_memory_byte_size));
+      locations[slot].outputs.push_back(output.Location(spec.shared_memory_byte_size));
+    }
+  }
+  return locations;
+}
+
+absl::StatusOr<std::vector<inference::ModelInferRequest>> BuildSharedMemoryRequests(
+    const RequestPlan& plan, const std::vector<SlotLocations>& slots) {
+  std::vector<inference::ModelInferRequest> requests;
+  for (const SlotLocations& slot : slots) {
+    if (slot.inputs.size() != plan.inputs.size() || slot.outputs.size() != plan.outputs.size()) {
+      return absl::InternalError("a slot's regions do not match the request plan");
+    }
+    std::vector<Tensor> inputs;
+    for (size_t i = 0; i < plan.inputs.size(); ++i) {
+      inputs.push_back({plan.inputs[i].name, plan.inputs[i].shape, {}, slot.inputs[i]});
+    }
+    InferOptions options;
+    options.model_version = plan.model_version;
+    for (size_t i = 0; i < plan.outputs.size(); ++i) {
+      options.output_shared_memory[plan.outputs[i].name] = slot.outputs[i];
+    }
+    ASSIGN_OR_RETURN(inference::ModelInferRequest request,
+                     BuildInferRequest(plan.model, inputs, options));
+    requests.push_back(std::move(request));
+  }
+  return requests;
 }
 
 std::vector<inference::ModelInferRequest> BuildRequestPool(const RequestPlan& plan, int count,

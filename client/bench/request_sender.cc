@@ -8,8 +8,16 @@
 
 namespace fuseserve::client {
 
+namespace {
+
+// A slot value for calls that hold none.
+constexpr size_t kNoSlot = static_cast<size_t>(-1);
+
+}  // namespace
+
 struct RequestSender::Call {
   grpc::ClientContext context;
+  size_t slot = kNoSlot;  // the slot the call holds (kPerSlot)
   inference::ModelInferResponse response;
   std::chrono::steady_clock::time_point start;
   Done done;
@@ -31,17 +39,22 @@ std::shared_ptr<grpc::Channel> CreateBenchChannel(
 
 RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
                              std::vector<inference::ModelInferRequest> requests,
-                             absl::Duration timeout)
+                             RequestAssignment assignment, absl::Duration timeout)
     : channels_(std::move(channels)), requests_(std::move(requests)), timeout_(timeout) {
   for (const auto& channel : channels_) {
     stubs_.push_back(inference::GRPCInferenceService::NewStub(channel));
+  }
+  if (assignment == RequestAssignment::kPerSlot) {
+    absl::MutexLock lock(&in_flight_->mu);
+    // Highest first, so that slots are taken from 0 up.
+    for (size_t slot = requests_.size(); slot-- > 0;) in_flight_->free_slots.push_back(slot);
   }
 }
 
 absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
     const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
-    int num_channels, std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
-    absl::Duration connect_timeout) {
+    int num_channels, std::vector<inference::ModelInferRequest> requests,
+    RequestAssignment assignment, absl::Duration timeout, absl::Duration connect_timeout) {
   if (num_channels <= 0) return absl::InvalidArgumentError("at least one channel is needed");
   if (requests.empty()) return absl::InvalidArgumentError("at least one request is needed");
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -54,7 +67,7 @@ absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
     }
   }
   return std::unique_ptr<RequestSender>(
-      new RequestSender(std::move(channels), std::move(requests), timeout));
+      new RequestSender(std::move(channels), std::move(requests), assignment, timeout));
 }
 
 RequestSender::~RequestSender() {
@@ -66,7 +79,7 @@ RequestSender::~RequestSender() {
 
 void RequestSender::Send(Done done) {
   const uint64_t n = next_.fetch_add(1, std::memory_order_relaxed);
-  const inference::ModelInferRequest& request = requests_[n % requests_.size()];
+  size_t index = n % requests_.size();
   auto& stub = *stubs_[n % stubs_.size()];
   auto* call = new Call;
   call->done = std::move(done);
@@ -76,15 +89,26 @@ void RequestSender::Send(Done done) {
   {
     absl::MutexLock lock(&in_flight_->mu);
     in_flight_->calls.insert(call);
+    if (!in_flight_->free_slots.empty()) {
+      call->slot = in_flight_->free_slots.back();
+      in_flight_->free_slots.pop_back();
+      index = call->slot;
+    }
   }
+  const inference::ModelInferRequest& request = requests_[index];
   call->start = std::chrono::steady_clock::now();
   // The call leaves the in-flight set last: until then the destructor waits,
   // so `done` may still Send; afterwards only `in_flight` (kept alive by this
-  // callback) is touched.
+  // callback) is touched. Its slot is freed before `done`, whose replacement
+  // call (closed loop) then finds it.
   stub.async()->ModelInfer(
       &call->context, &request, &call->response,
       [in_flight = in_flight_, call](grpc::Status status) {
         const auto latency = std::chrono::steady_clock::now() - call->start;
+        if (call->slot != kNoSlot) {
+          absl::MutexLock lock(&in_flight->mu);
+          in_flight->free_slots.push_back(call->slot);
+        }
         call->done(static_cast<int>(status.error_code()),
                    std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count());
         absl::MutexLock lock(&in_flight->mu);

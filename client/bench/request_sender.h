@@ -29,6 +29,17 @@ std::shared_ptr<grpc::Channel> CreateBenchChannel(
     const std::string& target, int channel_index,
     std::shared_ptr<grpc::ChannelCredentials> credentials);
 
+// How a call picks its request from the sender's list.
+enum class RequestAssignment {
+  kRoundRobin,  // each call the next request, whatever is in flight
+  // Request i belongs to in-flight slot i (its shared-memory regions): a call
+  // takes a free slot and frees it when answered, so that no two calls in
+  // flight share one. Closed loop never runs out (its concurrency is at most
+  // the slots); an open-loop backlog beyond the slots shares them
+  // round-robin.
+  kPerSlot,
+};
+
 // Owns the load channels. Its callbacks never own it: gRPC 1.51 aborts when
 // the last reference to a channel that used the callback API is dropped on
 // one of the callback threads (grpc/grpc#32584: the channel then shuts down
@@ -42,10 +53,12 @@ class RequestSender {
 
   // Opens `num_channels` channels to `target`, secured by `credentials`, and
   // waits (up to `connect_timeout`) until each is connected. `requests` are
-  // sent round-robin; each call gets `timeout` as its deadline (0 = none).
+  // sent as `assignment` says; each call gets `timeout` as its deadline (0 =
+  // none).
   static absl::StatusOr<std::unique_ptr<RequestSender>> Connect(
       const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
-      int num_channels, std::vector<inference::ModelInferRequest> requests, absl::Duration timeout,
+      int num_channels, std::vector<inference::ModelInferRequest> requests,
+      RequestAssignment assignment, absl::Duration timeout,
       absl::Duration connect_timeout = absl::Seconds(10));
 
   // Cancels the calls still in flight and waits for all their callbacks.
@@ -66,10 +79,12 @@ class RequestSender {
   struct InFlight {
     absl::Mutex mu;
     std::set<Call*> calls ABSL_GUARDED_BY(mu);
+    std::vector<size_t> free_slots ABSL_GUARDED_BY(mu);  // kPerSlot only
   };
 
   RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
-                std::vector<inference::ModelInferRequest> requests, absl::Duration timeout);
+                std::vector<inference::ModelInferRequest> requests, RequestAssignment assignment,
+                absl::Duration timeout);
 
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs_;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -136,6 +137,39 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& global,
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    MakeChannelCredentials(connection.tls));
   return Client::Create(connection.url, std::move(credentials));
+}
+
+const char kSharedMemoryUsage[] =
+    R"(  --shared-memory none|system
+                         system: the tensors go through POSIX shared memory
+                         instead of the gRPC messages (the server must run on
+                         this host and allow it); the regions are created,
+                         registered, and removed again on every way out
+                         (default none)
+  --output-shared-memory-size BYTES
+                         bytes reserved for each output in shared memory
+                         (default: the output's size from the model metadata;
+                         needed when the output has variable dims)
+)";
+
+absl::StatusOr<SharedMemoryFlags> ParseSharedMemoryFlags(const ParsedArgs& args) {
+  SharedMemoryFlags flags;
+  if (auto type = args.Last(kSharedMemoryFlag)) {
+    ASSIGN_OR_RETURN(flags.type, ParseSharedMemoryType(*type));
+  }
+  if (auto size = args.Last(kOutputSharedMemorySizeFlag)) {
+    uint64_t bytes = 0;
+    if (!absl::SimpleAtoi(*size, &bytes) || bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", kOutputSharedMemorySizeFlag, ": \"",
+                                                     *size, "\" is not a positive byte count"));
+    }
+    if (flags.type != SharedMemoryType::kSystem) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", kOutputSharedMemorySizeFlag, " needs --shared-memory system"));
+    }
+    flags.output_byte_size = bytes;
+  }
+  return flags;
 }
 
 int Fail(const std::string& command, const std::string& message, int exit_code) {

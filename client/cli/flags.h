@@ -4,6 +4,7 @@
 // arguments plus `--flag value` / `--flag=value` options (repeatable) and
 // `--switch` options without a value.
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "client/shared_memory.h"
 
 namespace fuseserve::client::cli {
 
@@ -77,6 +79,25 @@ absl::StatusOr<ParsedArgs> ParseServerCommandArgs(int argc, char** argv,
 // without a certificate, a file without --ssl).
 absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& global,
                                                 const ParsedArgs& args);
+
+// How a command moves its tensors (perf_analyzer's flag names):
+// --shared-memory none|system and --output-shared-memory-size BYTES.
+struct SharedMemoryFlags {
+  SharedMemoryType type = SharedMemoryType::kNone;
+  // Bytes of each output's region; none = the output's size as the model's
+  // metadata gives it.
+  std::optional<uint64_t> output_byte_size;
+};
+
+// The flags above (both take a value), for ParseArgs' `value_flags`, and
+// their usage text.
+inline constexpr char kSharedMemoryFlag[] = "shared-memory";
+inline constexpr char kOutputSharedMemorySizeFlag[] = "output-shared-memory-size";
+extern const char kSharedMemoryUsage[];
+
+// InvalidArgument for an unknown type, a size that is not a positive
+// integer, or a size without --shared-memory system.
+absl::StatusOr<SharedMemoryFlags> ParseSharedMemoryFlags(const ParsedArgs& args);
 
 // Prints "fuseserve-cli <command>: <message>" on stderr and returns `exit_code`.
 int Fail(const std::string& command, const std::string& message, int exit_code = kExitFailure);

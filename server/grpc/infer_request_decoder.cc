@@ -192,7 +192,8 @@ absl::StatusOr<SharedMemoryView> FindRegion(const std::string& tensor,
   return view;
 }
 
-absl::Status LocateSharedMemoryData(const ModelInferRequest& request, int64_t num_elements,
+absl::Status LocateSharedMemoryData(const ModelInferRequest& request,
+                                    const std::vector<WireBytes>& raw, int64_t num_elements,
                                     const SharedMemoryParameters& parameters,
                                     const SharedMemoryManager& shared_memory,
                                     DecodedInferRequest* decoded) {
@@ -201,8 +202,8 @@ absl::Status LocateSharedMemoryData(const ModelInferRequest& request, int64_t nu
   if (HasAnyContents(tensor.contents())) {
     return Invalid(absl::StrCat(input, " is in shared memory and must not also carry contents"));
   }
-  if (request.raw_input_contents_size() > 0) {
-    return Invalid(absl::StrCat("request has ", request.raw_input_contents_size(),
+  if (!raw.empty()) {
+    return Invalid(absl::StrCat("request has ", raw.size(),
                                 " raw_input_contents entries, but its only input (", input,
                                 ") is in shared memory"));
   }
@@ -218,8 +219,9 @@ absl::Status LocateSharedMemoryData(const ModelInferRequest& request, int64_t nu
   return absl::OkStatus();
 }
 
-absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
-                        const SharedMemoryManager* shared_memory, DecodedInferRequest* decoded) {
+absl::Status LocateData(const ModelInferRequest& request, const std::vector<WireBytes>& raw,
+                        int64_t num_elements, const SharedMemoryManager* shared_memory,
+                        DecodedInferRequest* decoded) {
   const ModelInferRequest::InferInputTensor& tensor = request.inputs(0);
   const std::string& name = tensor.name();
   const std::string non_fp32 = NonFp32Contents(tensor.contents());
@@ -231,27 +233,34 @@ absl::Status LocateData(const ModelInferRequest& request, int64_t num_elements,
                    ParseSharedMemoryParameters(absl::StrCat("input \"", name, "\""),
                                                tensor.parameters(), shared_memory != nullptr));
   if (in_shared_memory.has_value()) {
-    return LocateSharedMemoryData(request, num_elements, *in_shared_memory, *shared_memory,
+    return LocateSharedMemoryData(request, raw, num_elements, *in_shared_memory, *shared_memory,
                                   decoded);
   }
-  if (request.raw_input_contents_size() > 0) {
+  if (!raw.empty()) {
     if (HasAnyContents(tensor.contents())) {
       return Invalid(absl::StrCat("input \"", name,
                                   "\": contents field must not be specified when using "
                                   "raw_input_contents"));
     }
-    if (request.raw_input_contents_size() != 1) {
-      return Invalid(absl::StrCat("request has ", request.raw_input_contents_size(),
+    if (raw.size() != 1) {
+      return Invalid(absl::StrCat("request has ", raw.size(),
                                   " raw_input_contents entries for 1 input"));
     }
-    const std::string& raw = request.raw_input_contents(0);
-    if (!IsFp32ByteCount(raw.size(), num_elements)) {
-      return Invalid(absl::StrCat("input \"", name, "\" has ", raw.size(),
+    const WireBytes& bytes = raw.front();
+    if (!IsFp32ByteCount(bytes.size(), num_elements)) {
+      return Invalid(absl::StrCat("input \"", name, "\" has ", bytes.size(),
                                   " bytes of raw data, expected ", Fp32ByteCount(num_elements),
                                   " (", num_elements, " FP32 values of shape ",
                                   ShapeToString(decoded->input_shape), ")"));
     }
-    PointInputAt(raw.data(), num_elements, decoded);
+    // One aligned piece is read in place; anything else is copied once, from
+    // its pieces, by whoever stages the input.
+    if (bytes.pieces().size() == 1 &&
+        reinterpret_cast<uintptr_t>(bytes.pieces()[0].data) % alignof(float) == 0) {
+      decoded->input = reinterpret_cast<const float*>(bytes.pieces()[0].data);
+    } else {
+      decoded->input_pieces = bytes;
+    }
     return absl::OkStatus();
   }
   const auto& values = tensor.contents().fp32_contents();
@@ -340,6 +349,18 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(const inference::ModelInf
                                                        const inference::ModelConfig& config,
                                                        const Model& model,
                                                        const SharedMemoryManager* shared_memory) {
+  std::vector<WireBytes> raw(request.raw_input_contents_size());
+  for (int i = 0; i < request.raw_input_contents_size(); ++i) {
+    raw[i].Append(request.raw_input_contents(i).data(), request.raw_input_contents(i).size());
+  }
+  return DecodeInferRequest(request, raw, config, model, shared_memory);
+}
+
+absl::StatusOr<DecodedInferRequest> DecodeInferRequest(const inference::ModelInferRequest& request,
+                                                       const std::vector<WireBytes>& raw,
+                                                       const inference::ModelConfig& config,
+                                                       const Model& model,
+                                                       const SharedMemoryManager* shared_memory) {
   const std::string& input_name = config.input(0).name();
   if (request.inputs_size() != 1) {
     return Invalid(absl::StrCat("model \"", config.name(), "\" expects 1 input (\"",
@@ -358,7 +379,8 @@ absl::StatusOr<DecodedInferRequest> DecodeInferRequest(const inference::ModelInf
   RETURN_IF_ERROR(CheckShape(tensor, config, &decoded.input_shape));
   decoded.batch_size = config.max_batch_size() > 0 ? decoded.input_shape[0] : 1;
   ASSIGN_OR_RETURN(decoded.output_shape, model.OutputShape(decoded.input_shape));
-  RETURN_IF_ERROR(LocateData(request, NumElements(decoded.input_shape), shared_memory, &decoded));
+  RETURN_IF_ERROR(
+      LocateData(request, raw, NumElements(decoded.input_shape), shared_memory, &decoded));
 
   const std::string& output_name = config.output(0).name();
   for (int i = 0; i < request.outputs_size(); ++i) {

@@ -21,6 +21,7 @@
 #include "common/shape.h"
 #include "proto/grpc_service.pb.h"
 #include "proto/model_config.pb.h"
+#include "server/grpc/infer_wire.h"
 #include "server/runtime/model.h"
 #include "server/shm/shared_memory_manager.h"
 
@@ -29,8 +30,13 @@ namespace fuseserve {
 struct DecodedInferRequest {
   Shape input_shape;            // full shape, batch dimension included when batching
   int64_t batch_size = 1;
-  // Into the request message or shared_memory_input (or aligned_copy).
+  // Into the request message or shared_memory_input (or aligned_copy); null
+  // when the raw input is not one float-aligned piece (see input_pieces).
   const float* input = nullptr;
+  // The raw input's bytes where the transport left them, when `input` is
+  // null: copied once, straight to where the input is staged. Points into
+  // the request, which must outlive it.
+  std::optional<WireBytes> input_pieces;
   // Holds the input only when its bytes were not float-aligned.
   std::vector<float> aligned_copy;
   Shape output_shape;           // for the whole request
@@ -50,5 +56,13 @@ struct DecodedInferRequest {
 absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
     const inference::ModelInferRequest& request, const inference::ModelConfig& config,
     const Model& model, const SharedMemoryManager* shared_memory = nullptr);
+
+// The same for a request parsed by ParseWireInferRequest: `request` is its
+// header (its own raw_input_contents are ignored) and `raw` its
+// raw_input_contents entries.
+absl::StatusOr<DecodedInferRequest> DecodeInferRequest(
+    const inference::ModelInferRequest& request, const std::vector<WireBytes>& raw,
+    const inference::ModelConfig& config, const Model& model,
+    const SharedMemoryManager* shared_memory = nullptr);
 
 }  // namespace fuseserve

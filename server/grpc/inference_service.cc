@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc/infer_request_decoder.h"
+#include "server/grpc/infer_wire.h"
 #include "server/grpc/status_conversion.h"
 #include "server/runtime/inference_request.h"
 
@@ -96,31 +97,44 @@ absl::Status SharedMemoryDisabled() {
       "--allow-shared-memory=true)");
 }
 
-// What a ModelInfer call keeps alive until it completes: the decoded request
-// (its aligned input copy, the shared-memory regions it reads and writes)
-// and, for an output bound for shared memory that cannot be written in place,
-// the buffer the instance writes it to first.
+// What a ModelInfer call keeps alive until it completes: the received
+// request (its raw input is read where it was received), the decoded request
+// (the shared-memory regions it reads and writes), the answer's header and
+// the buffer its output is computed into.
 struct InferCall {
+  WireInferRequest request;
   DecodedInferRequest decoded;
+  inference::ModelInferResponse header;
+  // The output, when it is not written into a shared-memory region.
+  HostBuffer output;
+  // An output bound for a shared-memory region that cannot be written in
+  // place (not float-aligned) is computed here first.
   std::vector<float> output_staging;
 };
 
-// Where the instance writes the output of `shape`: the response's raw entry,
-// or the shared-memory region the request named. The region is written in
-// place when it is float-aligned and large enough (the decoder checked the
-// size against the same shape), otherwise through output_staging.
-float* AllocateOutput(InferCall& call, std::string* raw_output, const Shape& shape) {
-  const int64_t count = NumElements(shape);
-  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
-  if (!call.decoded.shared_memory_output.has_value()) {
-    raw_output->resize(bytes);
-    return reinterpret_cast<float*>(raw_output->data());
-  }
+// Whether the output goes straight into its shared-memory region: the region
+// is float-aligned and large enough (the decoder checked the size against
+// the same shape).
+bool OutputInRegionInPlace(const InferCall& call) {
+  if (!call.decoded.shared_memory_output.has_value()) return false;
   const SharedMemoryView& region = *call.decoded.shared_memory_output;
-  if (bytes <= region.byte_size && reinterpret_cast<uintptr_t>(region.data) % alignof(float) == 0) {
-    return reinterpret_cast<float*>(region.data);
+  const uint64_t bytes = static_cast<uint64_t>(NumElements(call.decoded.output_shape)) *
+                         sizeof(float);
+  return bytes <= region.byte_size &&
+         reinterpret_cast<uintptr_t>(region.data) % alignof(float) == 0;
+}
+
+// Where the instance writes the output of `shape`: the answer's buffer, or
+// the shared-memory region the request named (directly, or through
+// output_staging).
+float* AllocateOutput(InferCall& call, const Shape& shape) {
+  if (!call.decoded.shared_memory_output.has_value()) {
+    return reinterpret_cast<float*>(call.output.data());
   }
-  call.output_staging.resize(count);
+  if (OutputInRegionInPlace(call)) {
+    return reinterpret_cast<float*>(call.decoded.shared_memory_output->data);
+  }
+  call.output_staging.resize(NumElements(shape));
   return call.output_staging.data();
 }
 
@@ -139,11 +153,28 @@ absl::Status FinishStagedOutput(InferCall& call) {
   return absl::OkStatus();
 }
 
+// The answer: the header, and the output's raw entry: a slice over the
+// output's buffer, handed to gRPC (returned to the pool once sent), or empty
+// for an output placed in shared memory (as in Triton).
+grpc::ByteBuffer SerializeAnswer(InferCall& call) {
+  std::vector<grpc::Slice> raw(1);
+  if (!call.decoded.shared_memory_output.has_value()) {
+    char* data = call.output.data();
+    const size_t size = call.output.size();
+    raw[0] = grpc::Slice(data, size, &HostBuffer::Release, call.output.Detach());
+  }
+  return SerializeWireInferResponse(call.header, std::move(raw));
+}
+
 }  // namespace
 
 InferenceService::InferenceService(InferenceServiceOptions options, const ModelManager* models,
                                    Clock* clock, SharedMemoryManager* shared_memory)
-    : options_(std::move(options)), models_(models), clock_(clock), shared_memory_(shared_memory) {}
+    : options_(std::move(options)),
+      models_(models),
+      clock_(clock),
+      shared_memory_(shared_memory),
+      output_buffers_(HostBufferPool::Create({options_.page_locked_outputs})) {}
 
 bool InferenceService::Ready() const { return models_->Ready(options_.strict_readiness); }
 
@@ -293,57 +324,80 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* context,
-                                                       const inference::ModelInferRequest* request,
-                                                       inference::ModelInferResponse* response) {
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
   const absl::Time received = clock_->Now();
+  auto call = std::make_shared<InferCall>();
+  absl::StatusOr<WireInferRequest> parsed = ParseWireInferRequest(*request);
+  if (!parsed.ok()) return Finish(context, parsed.status());
+  call->request = *std::move(parsed);
+  const inference::ModelInferRequest& header = call->request.header;
   absl::StatusOr<const ModelVersionRecord*> found =
-      models_->FindReady(request->model_name(), request->model_version());
+      models_->FindReady(header.model_name(), header.model_version());
   if (!found.ok()) return Finish(context, found.status());
   const ModelVersionRecord* record = *found;
 
   absl::StatusOr<DecodedInferRequest> decoded =
-      DecodeInferRequest(*request, record->config(), record->model(), shared_memory_);
+      DecodeInferRequest(header, call->request.raw_input_contents, record->config(),
+                         record->model(), shared_memory_);
   if (!decoded.ok()) {
     RequestTimestamps timestamps;
     timestamps.received = received;
     record->metrics().RecordFailure(FailureReason::kOther, timestamps, clock_->Now());
     return Finish(context, decoded.status());
   }
+  call->decoded = *std::move(decoded);
+  const DecodedInferRequest& request_data = call->decoded;
+  if (!request_data.shared_memory_output.has_value()) {
+    absl::StatusOr<HostBuffer> output = output_buffers_->Acquire(
+        static_cast<size_t>(NumElements(request_data.output_shape)) * sizeof(float));
+    if (!output.ok()) return Finish(context, output.status());
+    call->output = *std::move(output);
+  }
 
-  response->set_model_name(record->name());
-  response->set_model_version(record->version_string());
-  response->set_id(request->id());
-  inference::ModelInferResponse::InferOutputTensor* output = response->add_outputs();
+  inference::ModelInferResponse& answer = call->header;
+  answer.set_model_name(record->name());
+  answer.set_model_version(record->version_string());
+  answer.set_id(header.id());
+  inference::ModelInferResponse::InferOutputTensor* output = answer.add_outputs();
   output->set_name(record->config().output(0).name());
   output->set_datatype("FP32");
-  for (int64_t dim : decoded->output_shape) output->add_shape(dim);
-  // Every output has a raw entry, index-aligned with `outputs`; it stays empty
-  // when the output goes to shared memory (as in Triton).
-  std::string* raw_output = response->add_raw_output_contents();
+  for (int64_t dim : request_data.output_shape) output->add_shape(dim);
 
-  auto call = std::make_shared<InferCall>();
-  call->decoded = *std::move(decoded);
   auto inference_request = std::make_unique<InferenceRequest>();
-  inference_request->id = request->id();
-  inference_request->input_shape = call->decoded.input_shape;
-  inference_request->batch_size = call->decoded.batch_size;
-  inference_request->input = call->decoded.input;
+  inference_request->id = header.id();
+  inference_request->input_shape = request_data.input_shape;
+  inference_request->batch_size = request_data.batch_size;
+  inference_request->input = request_data.input;
+  if (request_data.input_pieces.has_value()) {
+    inference_request->copy_input = [call](char* destination) {
+      call->decoded.input_pieces->CopyTo(destination);
+    };
+  }
+  // Page-locked memory is copied to and from the device directly.
+  inference_request->input_pinned =
+      request_data.shared_memory_input.has_value() &&
+      request_data.shared_memory_input->region->page_locked() &&
+      request_data.input == reinterpret_cast<const float*>(request_data.shared_memory_input->data);
+  inference_request->output_pinned =
+      request_data.shared_memory_output.has_value()
+          ? OutputInRegionInPlace(*call) && request_data.shared_memory_output->region->page_locked()
+          : call->output.page_locked();
   inference_request->deadline = DeadlineOf(*context);
-  inference_request->requested_timeout = call->decoded.timeout;
+  inference_request->requested_timeout = request_data.timeout;
   inference_request->timestamps.received = received;
   inference_request->is_cancelled = [context] { return context->IsCancelled(); };
-  // The output is written straight into the response message or the
-  // shared-memory region.
-  inference_request->allocate_output = [call, raw_output](const Shape& shape) {
-    return AllocateOutput(*call, raw_output, shape);
+  inference_request->allocate_output = [call](const Shape& shape) {
+    return AllocateOutput(*call, shape);
   };
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   Clock* clock = clock_;
-  const int64_t batch_size = call->decoded.batch_size;
-  inference_request->on_complete = [reactor, record, clock, batch_size, call](
+  const int64_t batch_size = request_data.batch_size;
+  inference_request->on_complete = [reactor, record, clock, batch_size, call, response](
                                        const absl::Status& computed,
                                        const RequestTimestamps& timestamps) {
     const absl::Status status = computed.ok() ? FinishStagedOutput(*call) : computed;
+    if (status.ok()) *response = SerializeAnswer(*call);
     const absl::Time finished = clock->Now();
     if (status.ok()) {
       record->metrics().RecordSuccess(timestamps, batch_size, finished);

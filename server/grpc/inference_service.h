@@ -8,10 +8,12 @@
 // shared-memory ones among them: `cuda_shared_memory` is not an extension we
 // list) answer UNIMPLEMENTED.
 
+#include <memory>
 #include <string>
 
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/batching/clock.h"
+#include "server/runtime/host_buffer_pool.h"
 #include "server/runtime/model_manager.h"
 #include "server/shm/shared_memory_manager.h"
 
@@ -23,9 +25,17 @@ struct InferenceServiceOptions {
   // ServerReady requires every model of the repository to be ready (Triton's
   // --strict-readiness); otherwise every model that loaded.
   bool strict_readiness = false;
+  // Answers' output buffers are page-locked (needs a CUDA device), so that
+  // GPU instances copy outputs into them directly.
+  bool page_locked_outputs = false;
 };
 
-class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+// ModelInfer is served as raw bytes (see infer_wire.h): a request's tensor is
+// copied once, from the received bytes to where its batch is staged, and an
+// answer's tensor is sent from the buffer it was computed into.
+class InferenceService final
+    : public inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::CallbackService> {
  public:
   // `models`, `clock` and `shared_memory` must outlive the service.
   // `shared_memory` null means the system_shared_memory extension is off
@@ -51,8 +61,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* request,
-                                       inference::ModelInferResponse* response) override;
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;
@@ -83,6 +93,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   const ModelManager* models_;
   Clock* clock_;
   SharedMemoryManager* shared_memory_;
+  // Answers' output tensors, reused across requests.
+  std::shared_ptr<HostBufferPool> output_buffers_;
 };
 
 }  // namespace fuseserve

@@ -106,7 +106,9 @@ class FaultInjectingInstance final : public Instance {
 // (`optimization { cuda { graphs: false } }`).
 bool UsesCudaGraphs(const inference::ModelConfig& config) {
   const auto& cuda = config.optimization().cuda();
-  return !cuda.has_graphs() || cuda.graphs();
+  return cuda.graphs_setting_case() == inference::ModelOptimizationPolicy::Cuda::kGraphs
+             ? cuda.graphs()
+             : true;
 }
 
 // Where one instance runs: the CPU, or a CUDA device.

@@ -3,11 +3,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace fuseserve {
 
-SharedMemoryManager::SharedMemoryManager(size_t max_regions) : max_regions_(max_regions) {}
+SharedMemoryManager::SharedMemoryManager(size_t max_regions, bool page_lock)
+    : max_regions_(max_regions), page_lock_(page_lock) {}
 
 absl::Status SharedMemoryManager::CheckCanAdd(const std::string& name) const {
   if (regions_.count(name) > 0) {
@@ -36,6 +38,13 @@ absl::Status SharedMemoryManager::Register(const std::string& name, const std::s
   // wait on a registration's system calls.
   ASSIGN_OR_RETURN(std::unique_ptr<SharedMemoryRegion> region,
                    SharedMemoryRegion::Map(name, key, offset, byte_size));
+  if (page_lock_) {
+    const absl::Status locked = region->LockPages();
+    if (!locked.ok()) {
+      FS_LOG(WARNING) << "shared memory region '" << name
+                      << "' stays pageable (its tensors are staged): " << locked.message();
+    }
+  }
   absl::MutexLock lock(&mu_);
   RETURN_IF_ERROR(CheckCanAdd(name));
   regions_.emplace(name, std::move(region));

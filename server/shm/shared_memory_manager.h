@@ -42,7 +42,10 @@ class SharedMemoryManager {
   // (and, on a GPU host, may page-lock it) for as long as it lives.
   static constexpr size_t kDefaultMaxRegions = 1024;
 
-  explicit SharedMemoryManager(size_t max_regions = kDefaultMaxRegions);
+  // With `page_lock`, every region is page-locked at registration (see
+  // SharedMemoryRegion::LockPages) when that is possible; a region that
+  // cannot be is still registered, pageable, with a warning in the log.
+  explicit SharedMemoryManager(size_t max_regions = kDefaultMaxRegions, bool page_lock = false);
   ~SharedMemoryManager() = default;
   SharedMemoryManager(const SharedMemoryManager&) = delete;
   SharedMemoryManager& operator=(const SharedMemoryManager&) = delete;
@@ -74,6 +77,7 @@ class SharedMemoryManager {
   absl::Status CheckCanAdd(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t max_regions_;
+  const bool page_lock_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<SharedMemoryRegion>> regions_ ABSL_GUARDED_BY(mu_);
 };

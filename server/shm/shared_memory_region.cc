@@ -131,4 +131,11 @@ SharedMemoryRegion::SharedMemoryRegion(std::string name, std::string key, uint64
 
 SharedMemoryRegion::Mapping::~Mapping() { ::munmap(address_, length_); }
 
+absl::Status SharedMemoryRegion::LockPages() {
+  absl::StatusOr<std::unique_ptr<PageLockedRange>> lock = PageLockRange(data_, byte_size_);
+  if (!lock.ok()) return lock.status();
+  page_lock_ = *std::move(lock);
+  return absl::OkStatus();
+}
+
 }  // namespace fuseserve

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/runtime/page_locked_memory.h"
 
 namespace fuseserve {
 
@@ -58,6 +59,12 @@ class SharedMemoryRegion {
   // time.
   uint8_t* data() const { return data_; }
 
+  // Page-locks the range (cudaHostRegister) so that the GPU copies to and
+  // from it directly; undone before the range is unmapped. FailedPrecondition
+  // without a CUDA device. Called once, before the region is shared.
+  absl::Status LockPages();
+  bool page_locked() const { return page_lock_ != nullptr; }
+
  private:
   // One mmap'ed span, unmapped on destruction.
   class Mapping {
@@ -86,6 +93,7 @@ class SharedMemoryRegion {
   // declared after mapping_ and so released before the munmap.
   const Mapping mapping_;
   uint8_t* const data_;
+  std::unique_ptr<PageLockedRange> page_lock_;
 };
 
 }  // namespace fuseserve

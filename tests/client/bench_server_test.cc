@@ -2,18 +2,23 @@
 // repository, tests/client/test_server.h), run exactly as
 // `fuseserve-cli bench ...` runs it (RunBenchCommand), with short windows so
 // that the suite takes seconds. Timing-dependent figures are only checked
-// for sanity (ordering, positivity), never for particular values.
+// for sanity (ordering, positivity), never for particular values. The
+// --shared-memory system runs use a second server that allows it, and the
+// interrupt test the built fuseserve-cli.
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/bench/bench_command.h"
+#include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -24,23 +29,14 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class BenchServerTest : public ::testing::Test {
+class BenchServerTest : public testing::SuiteServerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto server = testing::StartTestServer(FUSESERVE_BINARY);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-
   static void TearDownTestSuite() {
     if (server_ != nullptr) {
       EXPECT_TRUE(server_->process->Terminate().ok());
     }
-    delete server_;
-    server_ = nullptr;
+    SuiteServerTest::TearDownTestSuite();
   }
-
-  void SetUp() override { ASSERT_NE(server_, nullptr) << "the server did not start"; }
 
   // Runs `fuseserve-cli bench MODEL --url ... --quiet --json FILE <args>`.
   int RunBench(const std::string& json_name, std::vector<std::string> args,
@@ -64,21 +60,18 @@ class BenchServerTest : public ::testing::Test {
     return nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
   }
 
-  static testing::TestServer* server_;
   std::string json_path_;
 };
 
-testing::TestServer* BenchServerTest::server_ = nullptr;
-
 // Every field of the schema documented in README.md "Bench".
 void ExpectEveryField(const nlohmann::json& json) {
-  for (const char* key : {"model", "model_version", "url", "mode", "arrivals", "batch_size",
-                          "inputs", "settings", "levels", "summary"}) {
+  for (const char* key : {"model", "model_version", "url", "mode", "arrivals", "shared_memory",
+                          "batch_size", "inputs", "settings", "levels", "summary"}) {
     EXPECT_TRUE(json.contains(key)) << key;
   }
-  for (const char* key :
-       {"channels", "pregenerated_inputs", "seed", "warmup_s", "window_s", "stability",
-        "max_windows", "duration_s", "timeout_ms", "drain_timeout_s"}) {
+  for (const char* key : {"channels", "pregenerated_inputs", "seed", "warmup_s", "window_s",
+                          "stability", "max_windows", "duration_s", "timeout_ms", "drain_timeout_s",
+                          "shared_memory_slots", "output_shared_memory_size"}) {
     EXPECT_TRUE(json["settings"].contains(key)) << "settings." << key;
   }
   for (const char* key :
@@ -284,6 +277,105 @@ TEST_F(BenchServerTest, UnknownModelFailsBeforeAnyLoad) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunBenchCommand(static_cast<int>(all.size()), argv.data()), 1);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("no_such_model"));
+}
+
+TEST_F(BenchServerTest, SharedMemoryRefusedByTheServerFailsBeforeAnyLoadAndLeavesNothing) {
+  // This server runs without --allow-shared-memory.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunBench("refused.json", {"--shared-memory", "system", "--duration-s", "0.1"}), 1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("registering system shared-memory region"));
+  EXPECT_THAT(testing::SharedMemoryObjectsOf(::getpid()), ::testing::IsEmpty());
+}
+
+// The server with --allow-shared-memory.
+class BenchSharedMemoryTest : public BenchServerTest {
+ protected:
+  static void SetUpTestSuite() { StartSuiteServer({testing::kAllowSharedMemoryFlag}); }
+
+  void TearDown() override {
+    // Whatever the run did, nothing is left registered or in /dev/shm.
+    const auto status = Client::Create(server_->process->grpc_target())->SystemSharedMemoryStatus();
+    EXPECT_TRUE(status.ok()) << status.status();
+    if (status.ok()) {
+      EXPECT_EQ(status->regions_size(), 0);
+    }
+    EXPECT_THAT(testing::SharedMemoryObjectsOf(::getpid()), ::testing::IsEmpty());
+  }
+};
+
+TEST_F(BenchSharedMemoryTest, ClosedLoopThroughSystemSharedMemoryHasNoErrorsAndSaysSo) {
+  ASSERT_EQ(RunBench("shm.json", {"--shared-memory", "system", "--concurrency", "1,3", "--warmup-s",
+                                  "0.1", "--duration-s", "0.5"}),
+            0);
+  const nlohmann::json json = ReadJson();
+  ASSERT_FALSE(json.is_discarded());
+  ExpectEveryField(json);
+  EXPECT_EQ(json["shared_memory"], "system");
+  EXPECT_EQ(json["settings"]["shared_memory_slots"], 3);
+  // gemm's output is [1, 64] float32.
+  EXPECT_EQ(json["settings"]["output_shared_memory_size"]["output"], 256);
+  ASSERT_EQ(json["levels"].size(), 2u);
+  for (const nlohmann::json& level : json["levels"]) ExpectSaneLevel(level, 1);
+  EXPECT_EQ(json["summary"]["ok"], true);
+}
+
+TEST_F(BenchSharedMemoryTest, OpenLoopSharesItsSlotsWithoutErrors) {
+  ASSERT_EQ(
+      RunBench("shm-open.json", {"--shared-memory", "system", "--rate", "100", "--inputs", "2",
+                                 "--batch-size", "2", "--warmup-s", "0.1", "--duration-s", "0.5"}),
+      0);
+  const nlohmann::json json = ReadJson();
+  ASSERT_FALSE(json.is_discarded());
+  EXPECT_EQ(json["settings"]["shared_memory_slots"], 2);
+  EXPECT_EQ(json["settings"]["output_shared_memory_size"]["output"], 2 * 256);
+  ExpectSaneLevel(json["levels"][0], 2);
+}
+
+TEST_F(BenchSharedMemoryTest, AFailedRunStillRemovesItsRegions) {
+  // slow_groupnorm keeps a lone request queued for 30 s: it is lost.
+  ASSERT_EQ(RunBench("shm-lost.json",
+                     {"--shared-memory", "system", "--output-shared-memory-size", "512",
+                      "--concurrency", "1", "--shape", "8,4,4", "--warmup-s", "0", "--duration-s",
+                      "0.1", "--drain-timeout-s", "0.2"},
+                     testing::kSlowModel),
+            1);
+  const nlohmann::json json = ReadJson();
+  ASSERT_FALSE(json.is_discarded());
+  EXPECT_EQ(json["summary"]["lost"], 1);
+}
+
+TEST_F(BenchSharedMemoryTest, VariableOutputDimsNeedTheSize) {
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunBench("shm-variable.json",
+                     {"--shared-memory", "system", "--shape", "8,4,4", "--duration-s", "0.1"},
+                     testing::kGroupNormModel),
+            1);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--output-shared-memory-size"));
+}
+
+TEST_F(BenchSharedMemoryTest, AnInterruptedBenchUnregistersAndRemovesItsRegions) {
+  const std::string output = (std::filesystem::path(::testing::TempDir()) /
+                              absl::StrCat("fuseserve-bench-", ::getpid(), "-interrupted.txt"))
+                                 .string();
+  const auto pid = testing::SpawnProcess(
+      {FUSESERVE_CLI, "bench", testing::kGemmModel, "--url", server_->process->grpc_target(),
+       "--shared-memory", "system", "--concurrency", "2", "--duration-s", "60", "--quiet"},
+      output);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Status registered =
+      testing::WaitForRegisteredRegions(server_->process->grpc_target(), 4);
+  EXPECT_TRUE(registered.ok()) << registered;
+  ::kill(*pid, SIGINT);
+  const auto exit_code = testing::WaitForExit(*pid);
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  std::ifstream file(output);
+  const std::string printed((std::istreambuf_iterator<char>(file)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_EQ(*exit_code, 130) << printed;
+  EXPECT_THAT(printed, HasSubstr("fuseserve-cli bench: interrupted (SIGINT)"));
+  EXPECT_THAT(testing::SharedMemoryObjectsOf(*pid), ::testing::IsEmpty());
+  std::filesystem::remove(output);
 }
 
 TEST(BenchCommandTest, BadUsageExitsTwoAndHelpZero) {

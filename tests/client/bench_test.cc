@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/bench/bench_options.h"
 #include "client/bench/level_runner.h"
@@ -108,6 +109,21 @@ TEST(BenchOptionsTest, ParsesTlsOptions) {
   EXPECT_THAT(kBenchUsage, HasSubstr("--ssl"));
 }
 
+TEST(BenchOptionsTest, ParsesSharedMemoryOptions) {
+  auto plain = Parse({"gemm"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->shared_memory, SharedMemoryType::kNone);
+  EXPECT_FALSE(plain->output_shared_memory_size.has_value());
+
+  auto options =
+      Parse({"gemm", "--shared-memory", "system", "--output-shared-memory-size=1048576"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->shared_memory, SharedMemoryType::kSystem);
+  EXPECT_EQ(options->output_shared_memory_size, 1048576u);
+  EXPECT_THAT(kBenchUsage, HasSubstr("--shared-memory none|system"));
+  EXPECT_THAT(kBenchUsage, HasSubstr("--output-shared-memory-size"));
+}
+
 TEST(BenchOptionsTest, RateSelectsOpenLoop) {
   auto options =
       Parse({"gemm", "--rate", "100,250.5", "--arrivals", "constant", "--duration-s", "30"});
@@ -139,6 +155,10 @@ TEST(BenchOptionsTest, RejectsBadUsageNamingTheFlag) {
       {{"gemm", "other"}, "unexpected argument \"other\""},
       {{"gemm", "--quiet=yes"}, "--quiet takes no value"},
       {{"gemm", "--ssl=true"}, "--ssl takes no value"},
+      {{"gemm", "--shared-memory", "cuda"}, "--shared-memory expects none or system"},
+      {{"gemm", "--shared-memory=system", "--output-shared-memory-size", "0"},
+       "--output-shared-memory-size"},
+      {{"gemm", "--output-shared-memory-size", "64"}, "needs --shared-memory system"},
   };
   for (const Case& c : cases) {
     auto options = Parse(c.args);
@@ -388,6 +408,15 @@ inference::ModelMetadataResponse Metadata(const std::string& datatype, std::vect
   return metadata;
 }
 
+inference::ModelMetadataResponse WithOutput(inference::ModelMetadataResponse metadata,
+                                            std::vector<int64_t> shape) {
+  auto* output = metadata.add_outputs();
+  output->set_name("output");
+  output->set_datatype("FP32");
+  for (int64_t dim : shape) output->add_shape(dim);
+  return metadata;
+}
+
 inference::ModelConfigResponse Config(int max_batch_size) {
   inference::ModelConfigResponse config;
   config.mutable_config()->set_max_batch_size(max_batch_size);
@@ -458,6 +487,69 @@ TEST(RequestPoolTest, BuildsDistinctRawFp32RequestsDeterministically) {
   EXPECT_NE(pool[0].raw_input_contents(0), pool[1].raw_input_contents(0));
 }
 
+TEST(RequestPlanTest, SharedMemorySizesEveryOutputRegion) {
+  BenchOptions options = Options(4);
+  auto plain = PlanRequests(WithOutput(Metadata("FP32", {-1, 64}), {-1, 32}), Config(16), options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->outputs.empty());
+
+  options.shared_memory = SharedMemoryType::kSystem;
+  auto from_metadata =
+      PlanRequests(WithOutput(Metadata("FP32", {-1, 64}), {-1, 32}), Config(16), options);
+  ASSERT_TRUE(from_metadata.ok()) << from_metadata.status();
+  ASSERT_EQ(from_metadata->outputs.size(), 1u);
+  EXPECT_EQ(from_metadata->outputs[0].name, "output");
+  EXPECT_EQ(from_metadata->outputs[0].shared_memory_byte_size, 4u * 32 * sizeof(float));
+
+  const auto variable = WithOutput(Metadata("FP32", {-1, 8, -1, -1}), {-1, 8, -1, -1});
+  options.shape = Shape{8, 4, 4};
+  auto unknown = PlanRequests(variable, Config(8), options);
+  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("--output-shared-memory-size"));
+  options.output_shared_memory_size = 1000;
+  auto given = PlanRequests(variable, Config(8), options);
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->outputs[0].shared_memory_byte_size, 1000u);
+}
+
+TEST(RequestPoolTest, SharedMemoryRequestsPointAtTheirSlotsRegionsAndCarryNoBytes) {
+  BenchOptions options = Options(2);
+  options.shared_memory = SharedMemoryType::kSystem;
+  auto plan = PlanRequests(WithOutput(Metadata("FP32", {-1, 6}), {-1, 3}), Config(8), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<SlotLocations> slots = {
+      {{{"in0", 48, 0}}, {{"out0", 24, 0}}},
+      {{{"in1", 48, 0}}, {{"out1", 24, 0}}},
+  };
+  const auto requests = BuildSharedMemoryRequests(*plan, slots);
+  ASSERT_TRUE(requests.ok()) << requests.status();
+  ASSERT_EQ(requests->size(), 2u);
+  for (size_t i = 0; i < requests->size(); ++i) {
+    const inference::ModelInferRequest& request = (*requests)[i];
+    EXPECT_EQ(request.model_name(), "m");
+    EXPECT_EQ(request.raw_input_contents_size(), 0);
+    ASSERT_EQ(request.inputs_size(), 1);
+    EXPECT_THAT(request.inputs(0).shape(), ElementsAre(2, 6));
+    EXPECT_EQ(request.inputs(0).parameters().at("shared_memory_region").string_param(),
+              absl::StrCat("in", i));
+    EXPECT_EQ(request.inputs(0).parameters().at("shared_memory_byte_size").int64_param(), 48);
+    ASSERT_EQ(request.outputs_size(), 1);
+    EXPECT_EQ(request.outputs(0).name(), "output");
+    EXPECT_EQ(request.outputs(0).parameters().at("shared_memory_region").string_param(),
+              absl::StrCat("out", i));
+  }
+  const std::vector<SlotLocations> mismatched = {{{}, {{"out0", 24, 0}}}};
+  EXPECT_FALSE(BuildSharedMemoryRequests(*plan, mismatched).ok());
+}
+
+TEST(RequestPoolTest, SlotsAreTheLargestConcurrencyOrTheInputs) {
+  BenchOptions options = Options(1);
+  options.concurrency = {1, 16, 4};
+  EXPECT_EQ(SharedMemorySlots(options), 16);
+  options.mode = LoadMode::kOpenLoop;
+  options.num_inputs = 5;
+  EXPECT_EQ(SharedMemorySlots(options), 5);
+}
+
 LevelResult Level(int concurrency, int64_t sent, int64_t answered, int64_t failed) {
   LevelResult level;
   level.spec.concurrency = concurrency;
@@ -495,6 +587,29 @@ TEST(ReportTest, SaysEveryRequestWasAnswered) {
   const nlohmann::json json = ReportToJson(Report({Level(1, 10, 10, 0)}));
   EXPECT_EQ(json["summary"]["ok"], true);
   EXPECT_EQ(json["summary"]["all_answered"], true);
+}
+
+TEST(ReportTest, SaysWhichTransportCarriedTheTensors) {
+  BenchReport report = Report({Level(1, 10, 10, 0)});
+  std::ostringstream plain;
+  PrintReport(report, plain);
+  EXPECT_THAT(plain.str(), HasSubstr("tensors: in the gRPC messages"));
+  nlohmann::json json = ReportToJson(report);
+  EXPECT_EQ(json["shared_memory"], "none");
+  EXPECT_TRUE(json["settings"]["shared_memory_slots"].is_null());
+  EXPECT_TRUE(json["settings"]["output_shared_memory_size"].is_null());
+
+  report.options.shared_memory = SharedMemoryType::kSystem;
+  report.plan.outputs.push_back({"output", 256});
+  report.shared_memory_slots = 4;
+  std::ostringstream shared;
+  PrintReport(report, shared);
+  EXPECT_THAT(shared.str(), HasSubstr("tensors: in system shared memory, 4 slot(s)"));
+  EXPECT_THAT(shared.str(), HasSubstr("output 256 B"));
+  json = ReportToJson(report);
+  EXPECT_EQ(json["shared_memory"], "system");
+  EXPECT_EQ(json["settings"]["shared_memory_slots"], 4);
+  EXPECT_EQ(json["settings"]["output_shared_memory_size"]["output"], 256);
 }
 
 TEST(ReportTest, SaysWhatWasLostAndWhatFailed) {

@@ -1,8 +1,9 @@
 // The built fuseserve-cli binary against the real server (small default
 // repository, ephemeral ports): every subcommand, exit codes, .npy in and
-// out, and NumPy interoperability.
+// out, NumPy interoperability, and `infer --shared-memory system` (nothing
+// left behind after success, failure or an interrupt).
 
-#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -33,7 +34,6 @@ using fuseserve::testing::kSlowModel;
 using fuseserve::testing::RandomValues;
 using fuseserve::testing::ReferenceOutput;
 using fuseserve::testing::RelativeL2Error;
-using fuseserve::testing::TestServer;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -48,24 +48,10 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-std::string ShellQuote(const std::string& arg) {
-  return "'" + absl::StrReplaceAll(arg, {{"'", "'\\''"}}) + "'";
-}
-
-class CliTest : public ::testing::Test {
+class CliTest : public fuseserve::testing::SuiteServerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto server = fuseserve::testing::StartTestServer(FUSESERVE_BINARY);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
+    SuiteServerTest::SetUp();
     url_ = server_->process->grpc_target();
     directory_ = (std::filesystem::path(::testing::TempDir()) /
                   absl::StrCat("cli-test-", ::getpid(), "-",
@@ -78,32 +64,34 @@ class CliTest : public ::testing::Test {
   std::string Path(const std::string& name) const { return directory_ + "/" + name; }
 
   // Runs fuseserve-cli with `args` (no shell interpretation of the args).
-  CliResult Run(const std::vector<std::string>& args) const {
-    std::vector<std::string> quoted = {ShellQuote(FUSESERVE_CLI)};
-    for (const std::string& arg : args) quoted.push_back(ShellQuote(arg));
+  CliResult Run(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {FUSESERVE_CLI};
+    argv.insert(argv.end(), args.begin(), args.end());
     const std::string out = Path("stdout.txt"), err = Path("stderr.txt");
-    const std::string command =
-        absl::StrCat(absl::StrJoin(quoted, " "), " >", ShellQuote(out), " 2>", ShellQuote(err));
-    const int status = std::system(command.c_str());
     CliResult result;
-    result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const auto pid = fuseserve::testing::SpawnProcess(argv, out, err);
+    if (!pid.ok()) {
+      result.err = pid.status().ToString();
+      return result;
+    }
+    pids_.push_back(*pid);
+    const auto exit_code = fuseserve::testing::WaitForExit(*pid);
+    result.exit_code = exit_code.ok() ? *exit_code : -1;
     result.out = ReadFile(out);
     result.err = ReadFile(err);
     return result;
   }
 
   // Runs a subcommand against the test server (--url given globally).
-  CliResult RunOnServer(std::vector<std::string> args) const {
+  CliResult RunOnServer(std::vector<std::string> args) {
     args.insert(args.begin(), {"--url", url_});
     return Run(args);
   }
 
-  static TestServer* server_;
   std::string url_;
   std::string directory_;
+  std::vector<pid_t> pids_;  // every fuseserve-cli the test ran
 };
-
-TestServer* CliTest::server_ = nullptr;
 
 TEST_F(CliTest, EveryCommandHasHelp) {
   for (const std::string command :
@@ -341,11 +329,117 @@ TEST_F(CliTest, InferUsageErrorsExitWithTwo) {
            {"infer", kGroupNormModel, "--random", "1,x"},
            {"infer", kGroupNormModel, "--random", "1,8", "--seed", "-1"},
            {"infer", kGroupNormModel, "--random", "1,8", "--timeout-ms"},
+           {"infer", kGroupNormModel, "--random", "1,8", "--shared-memory", "cuda"},
+           {"infer", kGroupNormModel, "--random", "1,8", "--output-shared-memory-size", "64"},
        }) {
     const CliResult result = RunOnServer(args);
     EXPECT_EQ(result.exit_code, 2) << absl::StrJoin(args, " ") << ": " << result.err;
     EXPECT_THAT(result.err, HasSubstr("Usage")) << absl::StrJoin(args, " ");
   }
+}
+
+TEST_F(CliTest, InferHelpListsTheSharedMemoryFlags) {
+  const CliResult result = Run({"infer", "--help"});
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_THAT(result.out, HasSubstr("--shared-memory none|system"));
+  EXPECT_THAT(result.out, HasSubstr("--output-shared-memory-size BYTES"));
+  EXPECT_THAT(result.out, HasSubstr("Exit code 0"));
+}
+
+TEST_F(CliTest, InferThroughSharedMemoryRefusedByTheServerLeavesNothingBehind) {
+  // This server runs without --allow-shared-memory.
+  const CliResult result =
+      RunOnServer({"infer", kGemmModel, "--random", "2,64", "--shared-memory", "system"});
+  EXPECT_EQ(result.exit_code, 1) << result.out;
+  EXPECT_THAT(result.err, HasSubstr("registering system shared-memory region"));
+  EXPECT_THAT(fuseserve::testing::SharedMemoryObjectsOf(pids_.back()), ::testing::IsEmpty());
+}
+
+// The server with --allow-shared-memory.
+class CliSharedMemoryTest : public CliTest {
+ protected:
+  static void SetUpTestSuite() { StartSuiteServer({fuseserve::testing::kAllowSharedMemoryFlag}); }
+
+  void TearDown() override {
+    // Nothing is left registered or in /dev/shm, whatever the command did.
+    const auto status = Client::Create(url_)->SystemSharedMemoryStatus();
+    EXPECT_TRUE(status.ok()) << status.status();
+    if (status.ok()) {
+      EXPECT_EQ(status->regions_size(), 0);
+    }
+    for (pid_t pid : pids_) {
+      EXPECT_THAT(fuseserve::testing::SharedMemoryObjectsOf(pid), ::testing::IsEmpty());
+    }
+    CliTest::TearDown();
+  }
+};
+
+TEST_F(CliSharedMemoryTest, InferThroughSharedMemoryWritesWhatPlainInferWrites) {
+  const std::vector<std::vector<std::string>> cases = {
+      // Fixed output dims: the region is sized from the metadata.
+      {kGemmModel, "--random", "3,64", "--seed", "4"},
+      // Variable output dims: the size is given.
+      {kGroupNormModel, "--random", "2,8,5,7", "--seed", "5", "--output-shared-memory-size",
+       "4096"},
+  };
+  for (const std::vector<std::string>& args : cases) {
+    SCOPED_TRACE(args[0]);
+    std::vector<std::string> plain = {"infer",  args[0], "--random", args[2],
+                                      "--seed", args[4], "--output", Path("plain.npy")};
+    const CliResult expected = RunOnServer(plain);
+    ASSERT_EQ(expected.exit_code, 0) << expected.err;
+
+    std::vector<std::string> shared = {"infer", "--shared-memory", "system", "--output",
+                                       Path("shared.npy")};
+    shared.insert(shared.end(), args.begin(), args.end());
+    const CliResult result = RunOnServer(shared);
+    ASSERT_EQ(result.exit_code, 0) << result.err;
+    EXPECT_THAT(result.out, HasSubstr("tensors in system shared memory (2 regions)"));
+    // The same report apart from that line.
+    EXPECT_EQ(
+        absl::StrReplaceAll(result.out, {{"tensors in system shared memory (2 regions)\n", ""},
+                                         {Path("shared.npy"), Path("plain.npy")}}),
+        expected.out);
+
+    const auto plain_output = ReadNpyFile(Path("plain.npy"));
+    const auto shared_output = ReadNpyFile(Path("shared.npy"));
+    ASSERT_TRUE(plain_output.ok() && shared_output.ok());
+    EXPECT_EQ(shared_output->shape, plain_output->shape);
+    EXPECT_LE(RelativeL2Error(shared_output->data, plain_output->data), 1e-6);
+  }
+}
+
+TEST_F(CliSharedMemoryTest, VariableOutputDimsNeedTheSizeAndLeaveNothingBehind) {
+  const CliResult result =
+      RunOnServer({"infer", kGroupNormModel, "--random", "2,8,5,7", "--shared-memory", "system"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_THAT(result.err, HasSubstr("variable dims [-1, 8, -1, -1]"));
+  EXPECT_THAT(result.err, HasSubstr("--output-shared-memory-size"));
+}
+
+TEST_F(CliSharedMemoryTest, ATooSmallOutputRegionFailsAndLeavesNothingBehind) {
+  const CliResult result = RunOnServer({"infer", kGemmModel, "--random", "3,64", "--shared-memory",
+                                        "system", "--output-shared-memory-size", "16"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_FALSE(result.err.empty());
+}
+
+TEST_F(CliSharedMemoryTest, AnInterruptedInferUnregistersAndRemovesItsRegions) {
+  // slow_groupnorm holds a lone request for 30 s waiting for a batch.
+  const auto pid = fuseserve::testing::SpawnProcess(
+      {FUSESERVE_CLI, "--url", url_, "infer", kSlowModel, "--random", "1,8,2,2", "--shared-memory",
+       "system", "--output-shared-memory-size", "128"},
+      Path("interrupted.txt"));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  const absl::Status registered = fuseserve::testing::WaitForRegisteredRegions(url_, 2);
+  EXPECT_TRUE(registered.ok()) << registered << "\n" << ReadFile(Path("interrupted.txt"));
+  ::kill(*pid, SIGINT);
+  const auto exit_code = fuseserve::testing::WaitForExit(*pid);
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 130) << ReadFile(Path("interrupted.txt"));
+  EXPECT_THAT(ReadFile(Path("interrupted.txt")),
+              HasSubstr("fuseserve-cli infer: interrupted (SIGINT)"));
+  EXPECT_THAT(fuseserve::testing::SharedMemoryObjectsOf(*pid), ::testing::IsEmpty());
 }
 
 TEST_F(CliTest, MakeRepositoryWritesTheSmallRepository) {

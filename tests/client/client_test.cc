@@ -1,6 +1,8 @@
 // The client library against the real server (small default repository,
 // ephemeral ports): every method, the server's error codes and messages,
-// async inference and deadlines.
+// async inference and deadlines, and the system shared-memory extension
+// (against a second server started with --allow-shared-memory). The request
+// encoding itself (BuildInferRequest) needs no server.
 
 #include "client/client.h"
 
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "client/shared_memory.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -24,26 +27,15 @@ using fuseserve::testing::kSlowModel;
 using fuseserve::testing::RandomValues;
 using fuseserve::testing::ReferenceOutput;
 using fuseserve::testing::RelativeL2Error;
-using fuseserve::testing::TestServer;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsSupersetOf;
 using ::testing::Not;
 
-class ClientTest : public ::testing::Test {
+class ClientTest : public fuseserve::testing::SuiteServerTest {
  protected:
-  static void SetUpTestSuite() {
-    auto server = fuseserve::testing::StartTestServer(FUSESERVE_BINARY);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = server->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
-
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
+    SuiteServerTest::SetUp();
     client_ = Client::Create(server_->process->grpc_target());
   }
 
@@ -51,11 +43,8 @@ class ClientTest : public ::testing::Test {
     return Tensor{"input", shape, RandomValues(NumElements(shape), seed)};
   }
 
-  static TestServer* server_;
   std::unique_ptr<Client> client_;
 };
-
-TestServer* ClientTest::server_ = nullptr;
 
 TEST_F(ClientTest, ReportsLivenessReadinessAndModelReadiness) {
   auto live = client_->ServerLive();
@@ -293,6 +282,225 @@ TEST_F(ClientTest, StubGivesRawProtocolAccess) {
   inference::ServerLiveResponse response;
   ASSERT_TRUE(client_->stub().ServerLive(&context, {}, &response).ok());
   EXPECT_TRUE(response.live());
+}
+
+TEST_F(ClientTest, SharedMemoryIsRefusedUnlessTheServerAllowsIt) {
+  auto region = SystemSharedMemoryRegion::Create(UniqueSharedMemoryKey("client"), 64);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_FALSE(client_->RegisterSystemSharedMemory("refused", (*region)->key(), 64).ok());
+  Tensor input{"input", {1, 8, 2, 2}, {}, SharedMemoryLocation{"refused", 128, 0}};
+  EXPECT_FALSE(client_->Infer(kGroupNormModel, {input}).ok());
+}
+
+// The server with --allow-shared-memory.
+class SharedMemoryClientTest : public ClientTest {
+ protected:
+  static void SetUpTestSuite() { StartSuiteServer({fuseserve::testing::kAllowSharedMemoryFlag}); }
+
+  void TearDown() override { EXPECT_TRUE(client_->UnregisterSystemSharedMemory().ok()); }
+
+  // A region registered whole under `name`.
+  std::unique_ptr<SystemSharedMemoryRegion> Region(const std::string& name, uint64_t byte_size) {
+    auto region = SystemSharedMemoryRegion::Create(UniqueSharedMemoryKey("client"), byte_size);
+    EXPECT_TRUE(region.ok()) << region.status();
+    if (!region.ok()) return nullptr;
+    const absl::Status registered =
+        client_->RegisterSystemSharedMemory(name, (*region)->key(), byte_size);
+    EXPECT_TRUE(registered.ok()) << registered;
+    return *std::move(region);
+  }
+};
+
+TEST_F(SharedMemoryClientTest, RegisterStatusUnregisterRoundTrip) {
+  auto a = SystemSharedMemoryRegion::Create(UniqueSharedMemoryKey("client"), 256);
+  auto b = SystemSharedMemoryRegion::Create(UniqueSharedMemoryKey("client"), 256);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(client_->RegisterSystemSharedMemory("a", (*a)->key(), 256).ok());
+  ASSERT_TRUE(client_->RegisterSystemSharedMemory("b", (*b)->key(), 128, 64).ok());
+
+  auto all = client_->SystemSharedMemoryStatus();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->regions_size(), 2);
+  const auto& b_status = all->regions().at("b");
+  EXPECT_EQ(b_status.name(), "b");
+  EXPECT_EQ(b_status.key(), (*b)->key());
+  EXPECT_EQ(b_status.offset(), 64u);
+  EXPECT_EQ(b_status.byte_size(), 128u);
+
+  auto one = client_->SystemSharedMemoryStatus("a");
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->regions_size(), 1);
+  EXPECT_EQ(one->regions().at("a").key(), (*a)->key());
+  EXPECT_EQ(one->regions().at("a").byte_size(), 256u);
+
+  ASSERT_TRUE(client_->UnregisterSystemSharedMemory("a").ok());
+  all = client_->SystemSharedMemoryStatus();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->regions_size(), 1);
+  EXPECT_EQ(all->regions().count("b"), 1u);
+  EXPECT_FALSE(client_->SystemSharedMemoryStatus("a").ok());
+
+  ASSERT_TRUE(client_->UnregisterSystemSharedMemory().ok());
+  all = client_->SystemSharedMemoryStatus();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->regions_size(), 0);
+}
+
+TEST_F(SharedMemoryClientTest, RegisteringAMissingKeyFails) {
+  EXPECT_FALSE(
+      client_->RegisterSystemSharedMemory("missing", UniqueSharedMemoryKey("never_created"), 64)
+          .ok());
+  const auto all = client_->SystemSharedMemoryStatus();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->regions_size(), 0);
+}
+
+TEST_F(SharedMemoryClientTest, InferThroughSharedMemoryEqualsPlainInferAndTheReference) {
+  const std::vector<std::pair<std::string, Shape>> cases = {
+      {kConvModel, {2, 8, 16, 16}}, {kGemmModel, {3, 64}}, {kGroupNormModel, {2, 8, 5, 7}}};
+  uint32_t seed = 40;
+  for (const auto& [model, shape] : cases) {
+    SCOPED_TRACE(model);
+    const Tensor input = Input(shape, seed++);
+    auto plain = client_->Infer(model, {input});
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    ASSERT_EQ(plain->outputs.size(), 1u);
+    const uint64_t input_bytes = input.data.size() * sizeof(float);
+    const uint64_t output_bytes = plain->outputs[0].data.size() * sizeof(float);
+
+    // Both tensors at non-zero offsets, the output region larger than needed.
+    auto input_region = Region("in", 64 + input_bytes);
+    auto output_region = Region("out", 128 + output_bytes + 100);
+    ASSERT_TRUE(input_region && output_region);
+    ASSERT_TRUE(input_region->WriteFloats(64, input.data).ok());
+    Tensor shared{"input", shape, {}, SharedMemoryLocation{"in", input_bytes, 64}};
+    InferOptions options;
+    options.request_id = "shm-" + model;
+    options.output_shared_memory["output"] = {"out", output_bytes + 100, 128};
+    auto result = client_->Infer(model, {shared}, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->id, "shm-" + model);
+    ASSERT_EQ(result->outputs.size(), 1u);
+    const Tensor& output = result->outputs[0];
+    EXPECT_EQ(output.name, "output");
+    EXPECT_EQ(output.shape, plain->outputs[0].shape);
+    EXPECT_TRUE(output.data.empty());
+    ASSERT_TRUE(output.shared_memory.has_value());
+    EXPECT_EQ(output.shared_memory->region, "out");
+    EXPECT_EQ(output.shared_memory->offset, 128u);
+    EXPECT_EQ(output.shared_memory->byte_size, output_bytes);
+
+    const auto values = output_region->Floats(128, NumElements(output.shape));
+    ASSERT_TRUE(values.ok()) << values.status();
+    const std::vector<float> got(values->begin(), values->end());
+    EXPECT_LE(RelativeL2Error(got, plain->outputs[0].data), 1e-6);
+    const auto expected = ReferenceOutput(server_->repository, model, shape, input.data);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_LE(RelativeL2Error(got, *expected), 1e-6);
+    ASSERT_TRUE(client_->UnregisterSystemSharedMemory().ok());
+  }
+}
+
+TEST_F(SharedMemoryClientTest, MixesASharedMemoryInputWithAnInlineOutput) {
+  const Tensor input = Input({1, 8, 3, 3}, 50);
+  auto region = Region("in", input.data.size() * sizeof(float));
+  ASSERT_TRUE(region);
+  ASSERT_TRUE(region->WriteFloats(0, input.data).ok());
+  const Tensor shared{"input", input.shape, {}, SharedMemoryLocation{"in", region->size(), 0}};
+  auto result = client_->Infer(kGroupNormModel, {shared});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->outputs.size(), 1u);
+  EXPECT_FALSE(result->outputs[0].shared_memory.has_value());
+  const auto expected =
+      ReferenceOutput(server_->repository, kGroupNormModel, input.shape, input.data);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_LE(RelativeL2Error(result->outputs[0].data, *expected), 1e-6);
+}
+
+TEST_F(SharedMemoryClientTest, AsyncInferThroughSharedMemory) {
+  const Tensor input = Input({2, 64}, 51);
+  const uint64_t bytes = input.data.size() * sizeof(float);
+  auto input_region = Region("in", bytes);
+  auto output_region = Region("out", bytes);  // gemm: [2, 64] in, [2, 64] out
+  ASSERT_TRUE(input_region && output_region);
+  ASSERT_TRUE(input_region->WriteFloats(0, input.data).ok());
+  InferOptions options;
+  options.output_shared_memory["output"] = {"out", bytes, 0};
+  auto completions = std::make_shared<Completions>(1);
+  client_->AsyncInfer(kGemmModel,
+                      {{"input", input.shape, {}, SharedMemoryLocation{"in", bytes, 0}}}, options,
+                      [completions](absl::StatusOr<InferResult> result) {
+                        completions->Add(0, std::move(result));
+                      });
+  const auto results = completions->Wait();
+  ASSERT_TRUE(results[0].second.ok()) << results[0].second.status();
+  const Tensor& output = results[0].second->outputs.at(0);
+  ASSERT_TRUE(output.shared_memory.has_value());
+  const auto values = output_region->Floats(0, NumElements(output.shape));
+  ASSERT_TRUE(values.ok()) << values.status();
+  const auto expected = ReferenceOutput(server_->repository, kGemmModel, input.shape, input.data);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_LE(RelativeL2Error(std::vector<float>(values->begin(), values->end()), *expected), 1e-6);
+}
+
+TEST_F(SharedMemoryClientTest, AnOutputRegionTooSmallIsAnError) {
+  const Tensor input = Input({2, 64}, 52);
+  auto output_region = Region("small", 16);
+  ASSERT_TRUE(output_region);
+  InferOptions options;
+  options.output_shared_memory["output"] = {"small", 16, 0};
+  const auto result = client_->Infer(kGemmModel, {input}, options);
+  EXPECT_FALSE(result.ok());
+}
+
+TEST(BuildInferRequestTest, SharedMemoryTensorsCarryTritonsParametersAndNoBytes) {
+  const std::vector<Tensor> inputs = {
+      {"a", {2, 3}, {}, SharedMemoryLocation{"region_a", 24, 0}},
+      {"b", {1}, {5.0f}},
+      {"c", {4}, {}, SharedMemoryLocation{"region_c", 16, 32}},
+  };
+  InferOptions options;
+  options.outputs = {"y", "x"};
+  options.output_shared_memory["x"] = {"region_x", 100, 8};
+  options.output_shared_memory["z"] = {"region_z", 50, 0};
+  const auto request = BuildInferRequest("m", inputs, options);
+  ASSERT_TRUE(request.ok()) << request.status();
+
+  // Only the inline input has bytes; Triton pairs them with inputs in order.
+  ASSERT_EQ(request->raw_input_contents_size(), 1);
+  EXPECT_EQ(request->raw_input_contents(0).size(), sizeof(float));
+  const auto& a = request->inputs(0).parameters();
+  EXPECT_EQ(a.at("shared_memory_region").string_param(), "region_a");
+  EXPECT_EQ(a.at("shared_memory_byte_size").int64_param(), 24);
+  EXPECT_EQ(a.count("shared_memory_offset"), 0u);
+  EXPECT_TRUE(request->inputs(1).parameters().empty());
+  EXPECT_EQ(request->inputs(2).parameters().at("shared_memory_offset").int64_param(), 32);
+
+  // Listed outputs keep their place; a shared-memory output not listed is added.
+  ASSERT_EQ(request->outputs_size(), 3);
+  EXPECT_EQ(request->outputs(0).name(), "y");
+  EXPECT_TRUE(request->outputs(0).parameters().empty());
+  EXPECT_EQ(request->outputs(1).name(), "x");
+  EXPECT_EQ(request->outputs(1).parameters().at("shared_memory_region").string_param(), "region_x");
+  EXPECT_EQ(request->outputs(1).parameters().at("shared_memory_byte_size").int64_param(), 100);
+  EXPECT_EQ(request->outputs(1).parameters().at("shared_memory_offset").int64_param(), 8);
+  EXPECT_EQ(request->outputs(2).name(), "z");
+  EXPECT_EQ(request->outputs(2).parameters().at("shared_memory_region").string_param(), "region_z");
+}
+
+TEST(BuildInferRequestTest, RefusesSharedMemoryThatDisagreesWithTheTensor) {
+  const auto both =
+      BuildInferRequest("m", {{"a", {2}, {1.0f, 2.0f}, SharedMemoryLocation{"r", 8, 0}}}, {});
+  EXPECT_THAT(both.status().message(), HasSubstr("both data and a shared-memory location"));
+  const auto short_region =
+      BuildInferRequest("m", {{"a", {2, 3}, {}, SharedMemoryLocation{"r", 20, 0}}}, {});
+  EXPECT_THAT(short_region.status().message(), HasSubstr("needs 24 bytes"));
+  const auto unnamed = BuildInferRequest("m", {{"a", {1}, {}, SharedMemoryLocation{"", 4, 0}}}, {});
+  EXPECT_THAT(unnamed.status().message(), HasSubstr("needs a region name"));
+  InferOptions options;
+  options.output_shared_memory["y"] = {"r", uint64_t{1} << 63, 0};
+  const auto huge = BuildInferRequest("m", {}, options);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ClientWithoutServerTest, UnreachableServersAreUnavailable) {

@@ -231,18 +231,28 @@ class ServingBenchTest(unittest.TestCase):
     self.assertEqual(sorted(servers), [("conv", 1), ("conv", 2), ("gemm", 1), ("gemm", 4),
                                        ("groupnorm", 1), ("groupnorm", 2)])
     for (label, _), by_server in servers.items():
-      expected = {"fuseserve", "peer"} | ({"fuseserve_nobatch"} if label == "gemm" else set())
+      expected = {"fuseserve", "peer"} | ({"fuseserve_nobatch"} if label == "gemm" else
+                                          {"fuseserve_shm"})
       self.assertEqual(set(by_server), expected, label)
       for server, level in by_server.items():
         self.assertGreater(level["inferences_per_s"], 0, (label, server))
         self.assertEqual(level["failed"] + level["lost"], 0, (label, server))
-        if server != "fuseserve":
+        if server in ("peer", "fuseserve_nobatch"):
           # Neither the peer nor the no-batching variant merges requests.
           self.assertEqual(level["avg_batch_size"], 1.0, (label, server))
     self.assertEqual([row["shape"] for row in result["rows"] if row["concurrency"] == 1],
                      [[1, 64], [1, 8, 16, 16], [1, 8, 16, 16]])
-    self.assertEqual(len(result["targets"]), 5)
-    self.assertTrue(all(t["met"] is not None for t in result["targets"]), result["targets"])
+    # 5 against the peer and no batching, 2 shared memory against gRPC, 1
+    # two GPUs against one (not measured without --compare-one-gpu), and the
+    # server overhead of conv and groupnorm over gRPC and shared memory.
+    self.assertEqual(len(result["targets"]), 12)
+    unmeasured = [t for t in result["targets"] if t["met"] is None]
+    self.assertEqual([t["against"] for t in unmeasured], ["fuseserve_shm_1gpu"],
+                     result["targets"])
+    for target in result["targets"]:
+      if target["kind"] == "overhead":
+        self.assertGreater(target["value"]["share"], 0, target)
+        self.assertLess(target["value"]["share"], 1, target)
     self.assertIn("targets (issue 6):", done.stdout)
     self.assertTrue(done.stdout.rstrip().splitlines()[-1].startswith("results: "), done.stdout)
 

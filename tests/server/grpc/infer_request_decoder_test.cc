@@ -174,6 +174,43 @@ TEST_F(InferRequestDecoderTest, DecodesRawInputInPlaceWithoutCopying) {
   EXPECT_EQ(decoded->timeout, absl::ZeroDuration());
 }
 
+TEST_F(InferRequestDecoderTest, RawInputSpreadOverSeveralPiecesIsLeftWhereItWasReceived) {
+  const inference::ModelInferRequest request = RawRequest({2, 3, 5});
+  const std::string& raw = request.raw_input_contents(0);
+  // As the transport may hand it over: in two slices, the second unaligned.
+  const std::string first = raw.substr(0, 13);
+  const std::string second = raw.substr(13);
+  std::vector<WireBytes> pieces(1);
+  pieces[0].Append(first.data(), first.size());
+  pieces[0].Append(second.data(), second.size());
+
+  absl::StatusOr<DecodedInferRequest> decoded =
+      DecodeInferRequest(request, pieces, config_, model_, shared_memory_);
+
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->input, nullptr) << "no contiguous copy is made";
+  ASSERT_TRUE(decoded->input_pieces.has_value());
+  std::vector<float> copied(NumElements(decoded->input_shape));
+  decoded->input_pieces->CopyTo(reinterpret_cast<char*>(copied.data()));
+  EXPECT_EQ(copied, Iota(30));
+}
+
+TEST_F(InferRequestDecoderTest, WireRawEntriesAreCheckedLikeTheMessageOnes) {
+  // The header's own raw entries are ignored: the wire entries count.
+  const inference::ModelInferRequest request = RequestWithoutData({1, 3, 5});
+  const std::string bytes = RawBytes(Iota(14));
+  std::vector<WireBytes> pieces(1);
+  pieces[0].Append(bytes.data(), bytes.size());
+  absl::StatusOr<DecodedInferRequest> decoded =
+      DecodeInferRequest(request, pieces, config_, model_, shared_memory_);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(decoded.status().message(), HasSubstr("has 56 bytes of raw data, expected 60"));
+  pieces.push_back(pieces[0]);
+  decoded = DecodeInferRequest(request, pieces, config_, model_, shared_memory_);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(decoded.status().message(), HasSubstr("2 raw_input_contents entries for 1 input"));
+}
+
 TEST_F(InferRequestDecoderTest, DecodesTypedFp32Contents) {
   const inference::ModelInferRequest request = TypedRequest({1, 3, 2});
 

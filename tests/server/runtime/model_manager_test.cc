@@ -213,6 +213,27 @@ TEST_F(ModelManagerTest, LoadsEveryWorkingModelOnTheCpu) {
   }
 }
 
+TEST_F(ModelManagerTest, AcceptsTritonsCudaGraphsSetting) {
+  // Triton's optimization { cuda { graphs } } field: accepted either way (it
+  // only changes how GPU instances launch) and served back as given.
+  WriteFile("graphs_off/config.pbtxt",
+            GroupNormConfig("graphs_off", "optimization { cuda { graphs: false } }\n"));
+  WriteWeights("graphs_off/1/model.safetensors", GroupNormWeights());
+  WriteFile("graphs_on/config.pbtxt",
+            GroupNormConfig("graphs_on", "optimization { cuda { graphs: true } }\n"));
+  WriteWeights("graphs_on/1/model.safetensors", GroupNormWeights());
+  Load();
+  const ModelVersionRecord* off = MustFind("graphs_off", "");
+  const ModelVersionRecord* on = MustFind("graphs_on", "");
+  ASSERT_NE(off, nullptr);
+  ASSERT_NE(on, nullptr);
+  EXPECT_TRUE(off->ready());
+  EXPECT_EQ(off->config().optimization().cuda().graphs_setting_case(),
+            inference::ModelOptimizationPolicy::Cuda::kGraphs);
+  EXPECT_FALSE(off->config().optimization().cuda().graphs());
+  EXPECT_TRUE(on->config().optimization().cuda().graphs());
+}
+
 TEST_F(ModelManagerTest, BrokenModelsDoNotStopTheOthersFromLoading) {
   AddBrokenModels();
   Load();
