@@ -103,8 +103,10 @@ TARGETS = [
     ("groupnorm", 1, "throughput", FUSESERVE, PEER, 2.0),
     ("conv", 1, "throughput", SHM, FUSESERVE, 2.0),
     ("groupnorm", 1, "throughput", SHM, FUSESERVE, 2.0),
-    # Only on a host with two or more GPUs (--compare-one-gpu).
-    ("conv", 1, "throughput", SHM, SHM_ONE_GPU, 1.7),
+    # Only on a host with two or more GPUs (--compare-one-gpu), at the
+    # scaling level (--scaling-concurrency): enough requests in flight to
+    # keep every GPU busy.
+    ("conv", "scaling", "throughput", SHM, SHM_ONE_GPU, 1.7),
 ]
 
 
@@ -346,12 +348,13 @@ def build_rows(configurations, plans, reports):
   rows = []
   for configuration in configurations:
     plan = plans[configuration.label]
-    for concurrency in plan["levels"]:
+    for concurrency in sorted(set(plan["levels"]) | set(plan["shm_levels"])):
       row = {"configuration": configuration.label, "model": plan["model"],
              "shape": [1] + plan["shape"], "concurrency": concurrency, "servers": {}}
       for server in SERVER_ORDER:
         report = reports.get(server, {}).get(configuration.label)
-        if report is not None:
+        if report is not None and any(level["concurrency"] == concurrency
+                                      for level in report["levels"]):
           row["servers"][server] = level_summary(report, concurrency)
       peer = row["servers"].get(PEER)
       ours = row["servers"].get(FUSESERVE)
@@ -364,7 +367,10 @@ def build_rows(configurations, plans, reports):
 def evaluate_targets(rows, plans):
   results = []
   for label, level_index, kind, server, other, factor in TARGETS:
-    concurrency = plans[label]["levels"][level_index]
+    if level_index == "scaling":
+      concurrency = plans[label]["shm_levels"][-1]
+    else:
+      concurrency = plans[label]["levels"][level_index]
     row = next(r for r in rows if r["configuration"] == label and r["concurrency"] == concurrency)
     mine, theirs = row["servers"].get(server), row["servers"].get(other)
     result = {"configuration": label, "concurrency": concurrency, "kind": kind,
@@ -479,6 +485,9 @@ def parse_args(argv):
   parser.add_argument("--compare-one-gpu", action="store_true",
                       help="also measure the shared-memory runs with the server limited to "
                            "GPU 0 (CUDA_VISIBLE_DEVICES=0): the multi-GPU scaling target")
+  parser.add_argument("--scaling-concurrency", type=int, default=64,
+                      help="the extra concurrency level of conv's shared-memory runs with "
+                           "--compare-one-gpu (default 64)")
   args = parser.parse_args(argv)
   if args.warmup_s is None:
     args.warmup_s = 0.3 if args.quick else 3.0
@@ -531,6 +540,11 @@ def plan_configurations(args, repository, by_family):
     plans[c.label] = {"model": model, "levels": list(c.quick_levels if args.quick else c.levels),
                       "shape": [spatial if d == -1 else d for d in dims], "variable": -1 in dims,
                       "output_bytes": 4 * _product(output_dims)}
+    # The shared-memory runs of conv also measure the scaling level when
+    # one GPU is compared with all of them.
+    plans[c.label]["shm_levels"] = list(plans[c.label]["levels"])
+    if args.compare_one_gpu and c.label == "conv":
+      plans[c.label]["shm_levels"].append(args.scaling_concurrency)
   return plans
 
 
@@ -545,7 +559,7 @@ def measure(args, cli, repository, plans, nobatch):
   # it from metadata with -1 dims).
   shm_runs = [] if args.no_shm else [
       ("shm-" + label, plan["model"], plan["shape"] if plan["variable"] else None,
-       plan["levels"], ("--shared-memory", "system",
+       plan["shm_levels"], ("--shared-memory", "system",
                         "--output-shared-memory-size", str(plan["output_bytes"])))
       for label, plan in plans.items() if label in SHM_CONFIGURATIONS]
   max_concurrency = max(max(plan["levels"]) for plan in plans.values())
@@ -622,6 +636,7 @@ def run(args):
                    "peer_server": args.peer_server, "peer_device": args.peer_device,
                    "shared_memory_runs": not args.no_shm,
                    "compare_one_gpu": args.compare_one_gpu,
+                   "scaling_concurrency": args.scaling_concurrency,
                    "peer_max_concurrency": max_concurrency,
                    "repository": args.repository or "default (fuseserve-cli make-repository%s)"
                                  % (" --small" if args.quick else "")},

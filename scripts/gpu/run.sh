@@ -6,6 +6,7 @@
 #   scripts/gpu/run.sh tests     # tests + sanitizers + e2e
 #   scripts/gpu/run.sh python    # the Python parity and protocol suites only
 #   scripts/gpu/run.sh runtime   # GPU instance + CUDA graph tests (and memcheck) + e2e
+#   scripts/gpu/run.sh server    # runtime + reliability + the Python suites (no kernel tests)
 #   scripts/gpu/run.sh bench     # kernel benchmark
 #   scripts/gpu/run.sh kernels   # GPU unit tests + sanitizers + kernel benchmark
 set -uo pipefail
@@ -55,6 +56,11 @@ runtime_tests() {
     $BIN/gpu_instance_test"
 }
 
+reliability_tests() {
+  step reliability env FUSESERVE_BINARY=$BIN/fuseserve \
+    FUSESERVE_INFER_CHILD=$BIN/reliability_infer_child "$BIN/reliability_test"
+}
+
 e2e_tests() {
   step e2e env FUSESERVE_BINARY=$BIN/fuseserve FUSESERVE_EXPECT_GPU=1 "$BIN/server_e2e_test"
 }
@@ -74,8 +80,7 @@ case "${1:-tests}" in
   tests)
     kernel_tests
     e2e_tests
-    step reliability env FUSESERVE_BINARY=$BIN/fuseserve \
-      FUSESERVE_INFER_CHILD=$BIN/reliability_infer_child "$BIN/reliability_test"
+    reliability_tests
     python_suites
     ;;
   python)
@@ -84,6 +89,12 @@ case "${1:-tests}" in
   runtime)
     runtime_tests
     e2e_tests
+    ;;
+  server)
+    runtime_tests
+    e2e_tests
+    reliability_tests
+    python_suites
     ;;
   bench)
     kernel_bench "${@:2}"

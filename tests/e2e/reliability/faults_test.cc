@@ -108,7 +108,9 @@ TEST_F(FaultsTest, InjectedDeviceErrorFailsItsBatchWithInternalAndTheModelGoesUn
                   ->AddGroupNorm(kFaulty, 4,
                                  "dynamic_batching { preferred_batch_size: [ 4 ] "
                                  "max_queue_delay_microseconds: 30000000 }\n"
-                                 "instance_group [ { count: 1, kind: KIND_AUTO } ]\n" +
+                                 // One instance, also on a multi-GPU host
+                                 // (KIND_AUTO places `count` per device).
+                                 "instance_group [ { count: 1, kind: KIND_AUTO, gpus: [ 0 ] } ]\n" +
                                      ConfigParameter("fuseserve_test_fail_batch", "1"))
                   .ok());
   Start();
@@ -267,7 +269,8 @@ TEST_F(FaultsTest, SigtermUnderLoadAnswersEveryAcceptedRequestAndExitsZero) {
                 absl::StrContains(message, "Connection refused"))
         << "client " << c << ": a request failed in a way that may have lost it: " << message;
   }
-  EXPECT_GE(completed_after_sigterm, 1) << "no request was in flight at SIGTERM";
+  EXPECT_GE(completed_after_sigterm, 1) << "no request was in flight at SIGTERM\n"
+                                        << server_->Log();
   EXPECT_THAT(server_->Log(), HasSubstr("draining"));
 }
 
