@@ -51,9 +51,12 @@ kernel_tests() {
 # The GPU instance and its CUDA graphs, plain and under memcheck.
 runtime_tests() {
   step runtime_tests sh -c "$BIN/cuda_graph_cache_test && $BIN/gpu_instance_test"
+  # The test of a capture that fails provokes the CUDA API error it is
+  # about (cudaErrorStreamCaptureUnsupported), which memcheck reports: it is
+  # left out there and runs in runtime_tests.
   step runtime_memcheck sh -c "compute-sanitizer --tool memcheck --error-exitcode 1 \
-    $BIN/cuda_graph_cache_test && compute-sanitizer --tool memcheck --error-exitcode 1 \
-    $BIN/gpu_instance_test"
+    $BIN/cuda_graph_cache_test --gtest_filter=-*CannotBeCaptured* && \
+    compute-sanitizer --tool memcheck --error-exitcode 1 $BIN/gpu_instance_test"
 }
 
 reliability_tests() {
