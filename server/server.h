@@ -15,6 +15,7 @@
 #include "server/grpc/inference_service.h"
 #include "server/http/http_server.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/runtime/batch_trace.h"
 #include "server/runtime/model_manager.h"
 #include "server/server_options.h"
 #include "server/shm/shared_memory_manager.h"
@@ -42,6 +43,8 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ThreadPool> cpu_pool_;
+  // Null unless --batch-trace-file; outlives the models that write to it.
+  std::unique_ptr<BatchTraceWriter> batch_trace_;
   std::unique_ptr<ModelManager> models_;
   // Null unless --allow-shared-memory; its regions are unregistered at
   // shutdown, once no request is left to use them.

@@ -108,6 +108,9 @@ Options:
                              shared_memory_* tensor parameters; default false)
   --port-file=PATH           write {"grpc_port": P, "metrics_port": Q} to PATH
                              once serving
+  --batch-trace-file=PATH    write every GPU batch's input, compute and output
+                             phases to PATH as a Chrome trace (chrome://tracing,
+                             Perfetto): shows copies overlapping compute
   --help                     show this text
 )";
 }
@@ -172,6 +175,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
       RETURN_IF_ERROR(ParseBool(flag, value, &options.allow_shared_memory));
     } else if (flag == "port-file") {
       options.port_file = value;
+    } else if (flag == "batch-trace-file") {
+      options.batch_trace_file = value;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag --", flag, " (see --help)"));
     }

@@ -53,6 +53,9 @@ struct ServerOptions {
   // When set, {"grpc_port": P, "metrics_port": Q} is written here once the
   // server is serving (for tests and supervisors that use port 0).
   std::string port_file;
+  // When set, every GPU batch's phases (input, compute, output) are written
+  // here as a Chrome trace (see server/runtime/batch_trace.h).
+  std::string batch_trace_file;
   bool help = false;
 };
 

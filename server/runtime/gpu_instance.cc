@@ -147,6 +147,12 @@ class GpuInstance final : public Instance {
       request->timestamps.infer_done = infer_done;
       request->timestamps.output_done = end;
     }
+    if (status.ok() && options_.trace != nullptr) {
+      options_.trace->Record({options_.name, options_.device, batch_size,
+                              static_cast<int>(batch.size()), timings.start, timings.input,
+                              timings.input + timings.infer,
+                              timings.input + timings.infer + timings.output});
+    }
     if (options_.metrics != nullptr) {
       options_.metrics->RecordExecution(batch_size, timings.input, timings.infer,
                                         end - infer_done);
@@ -159,8 +165,10 @@ class GpuInstance final : public Instance {
 
  private:
   struct Timings {
-    absl::Duration input = absl::ZeroDuration();  // gather + H2D
-    absl::Duration infer = absl::ZeroDuration();  // kernels
+    absl::Time start;                               // host clock, at the start event
+    absl::Duration input = absl::ZeroDuration();    // gather + H2D
+    absl::Duration infer = absl::ZeroDuration();    // kernels
+    absl::Duration output = absl::ZeroDuration();   // D2H
   };
 
   absl::Status Run(std::vector<std::unique_ptr<InferenceRequest>>& batch, Timings* timings) {
@@ -170,6 +178,7 @@ class GpuInstance final : public Instance {
     RETURN_IF_ERROR(ReserveForBatchesOf(input_shape));
 
     cudaStream_t stream = stream_.get();
+    timings->start = options_.clock->Now();
     RETURN_IF_ERROR(start_.Record(stream));
     RETURN_IF_ERROR(CopyInputsToDevice(batch, stream));
     RETURN_IF_ERROR(input_done_.Record(stream));
@@ -189,11 +198,13 @@ class GpuInstance final : public Instance {
 
     ASSIGN_OR_RETURN(const float h2d_ms, input_done_.ElapsedMsSince(start_));
     ASSIGN_OR_RETURN(const float infer_ms, infer_done_.ElapsedMsSince(input_done_));
+    ASSIGN_OR_RETURN(const float output_ms, output_done_.ElapsedMsSince(infer_done_));
     // start_ is recorded before the gather, so the events span the whole
     // input phase: the host's gather (the copies it issues wait for it) and
     // the DMA that overlaps and follows it.
     timings->input = absl::Microseconds(static_cast<int64_t>(h2d_ms * 1000));
     timings->infer = absl::Microseconds(static_cast<int64_t>(infer_ms * 1000));
+    timings->output = absl::Microseconds(static_cast<int64_t>(output_ms * 1000));
     AnswerStagedOutputs(batch, output_shape);
     return absl::OkStatus();
   }

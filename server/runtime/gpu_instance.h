@@ -17,6 +17,7 @@
 #include "common/shape.h"
 #include "server/batching/clock.h"
 #include "server/metrics/model_metrics.h"
+#include "server/runtime/batch_trace.h"
 #include "server/runtime/instance.h"
 #include "server/runtime/model.h"
 
@@ -47,6 +48,8 @@ struct GpuInstanceOptions {
   // Replay each batch shape's kernels as a CUDA graph (see CudaGraphCache);
   // off runs every batch kernel by kernel.
   bool cuda_graphs = true;
+  // Receives every batch's phases (input, compute, output), when set.
+  BatchTraceSink* trace = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOptions& options);

@@ -23,6 +23,7 @@
 #include "server/batching/clock.h"
 #include "server/batching/dynamic_batcher.h"
 #include "server/metrics/metrics_registry.h"
+#include "server/runtime/batch_trace.h"
 #include "server/runtime/model.h"
 
 namespace fuseserve {
@@ -72,6 +73,8 @@ struct ModelManagerOptions {
   Clock* clock = nullptr;
   MetricsRegistry* metrics = nullptr;
   ThreadPool* cpu_pool = nullptr;
+  // Receives the phases of every GPU batch (--batch-trace-file); may be null.
+  BatchTraceSink* batch_trace = nullptr;
 };
 
 class ModelManager {

@@ -50,6 +50,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_FALSE(options->strict_readiness);
   EXPECT_FALSE(options->allow_shared_memory);
   EXPECT_EQ(options->port_file, "");
+  EXPECT_EQ(options->batch_trace_file, "");
   EXPECT_FALSE(options->help);
 }
 
@@ -58,10 +59,11 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
       Parse({"--model-repository=/srv/models", "--grpc-port=9001", "--metrics-port=9002",
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
              "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096",
-             "--allow-shared-memory=true"});
+             "--allow-shared-memory=true", "--batch-trace-file=/tmp/trace.json"});
 
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_TRUE(options->allow_shared_memory);
+  EXPECT_EQ(options->batch_trace_file, "/tmp/trace.json");
   EXPECT_EQ(options->max_request_bytes, 4096);
   EXPECT_EQ(options->model_repository, "/srv/models");
   EXPECT_EQ(options->grpc_port, 9001);
@@ -344,7 +346,8 @@ TEST(ServerOptionsTest, UsageDescribesEveryFlag) {
        {"--model-repository", "--grpc-port", "--metrics-port", "--exit-timeout-secs",
         "--grpc-address", "--metrics-address", "--strict-readiness", "--port-file",
         "--max-request-bytes", "--grpc-use-ssl", "--grpc-use-ssl-mutual", "--grpc-server-cert",
-        "--grpc-server-key", "--grpc-root-cert", "--allow-shared-memory", "--help"}) {
+        "--grpc-server-key", "--grpc-root-cert", "--allow-shared-memory", "--batch-trace-file",
+        "--help"}) {
     EXPECT_THAT(usage, HasSubstr(flag));
   }
   EXPECT_THAT(usage, AllOf(HasSubstr("8001"), HasSubstr("8002"), HasSubstr("30")));

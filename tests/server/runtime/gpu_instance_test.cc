@@ -59,8 +59,9 @@ class GpuInstanceTest : public ::testing::Test {
     model_ = *std::move(model);
   }
 
-  std::unique_ptr<Instance> CreateInstance(bool cuda_graphs) {
+  std::unique_ptr<Instance> CreateInstance(bool cuda_graphs, BatchTraceSink* trace = nullptr) {
     GpuInstanceOptions options;
+    options.trace = trace;
     options.name = "groupnorm gpu0#0";
     options.model = model_.get();
     options.clock = Clock::Real();
@@ -167,6 +168,31 @@ TEST_F(GpuInstanceTest, PinnedRequestsAreNeverCopiedOnTheHost) {
   EXPECT_EQ(batch[0]->host_copies, 2);
   // Device <-> its own memory only.
   EXPECT_EQ(batch[1]->host_copies, 0);
+}
+
+class RecordingSink final : public BatchTraceSink {
+ public:
+  void Record(const BatchTrace& batch) override { batches.push_back(batch); }
+  std::vector<BatchTrace> batches;
+};
+
+TEST_F(GpuInstanceTest, TracesEachBatchsPhasesInOrder) {
+  RecordingSink sink;
+  std::unique_ptr<Instance> instance = CreateInstance(/*cuda_graphs=*/true, &sink);
+  ASSERT_NE(instance, nullptr);
+  const absl::Time before = absl::Now();
+  RunMixedBatches(instance.get());
+  ASSERT_EQ(sink.batches.size(), 4u) << "one trace per batch";
+  for (const BatchTrace& batch : sink.batches) {
+    EXPECT_EQ(batch.instance, "groupnorm gpu0#0");
+    EXPECT_EQ(batch.device, 0);
+    EXPECT_EQ(batch.batch_size, 4);
+    EXPECT_EQ(batch.requests, 3);
+    EXPECT_GE(batch.start, before);
+    EXPECT_GT(batch.input_end, absl::ZeroDuration());
+    EXPECT_GE(batch.compute_end, batch.input_end);
+    EXPECT_GE(batch.output_end, batch.compute_end);
+  }
 }
 
 }  // namespace
