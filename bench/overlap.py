@@ -5,13 +5,17 @@ batch trace (fuseserve --batch-trace-file; server/runtime/batch_trace.h).
 Each batch is three phases on its instance's stream: input (gather + H2D),
 compute (kernels), output (D2H). For every GPU this sums, over the traced
 time, how long:
-  - any phase ran at all (busy);
-  - an input phase ran while another instance computed;
-  - an output phase ran while another instance computed;
+  - any phase ran at all (busy), and any compute ran (compute);
+  - an input phase ran while another instance computed, and an output phase;
+  - an input ran while another instance's output ran (both copy directions
+    at once);
   - an input, a compute and an output of three different instances ran at
     once (issue 6: "the H2D copy of one batch overlaps the compute of another
     and the D2H of a third");
-and prints the first such triple as an example.
+and prints the first such triple as an example. Overlap with compute is also
+given as a share of the compute time: with small kernels and large tensors
+(the conv family) compute is a small part of the busy time, and what matters
+is whether the copies hide it.
 
 Usage: overlap.py TRACE [--json OUT]
 """
@@ -61,6 +65,11 @@ def analyse(intervals):
         by_phase[key_phase].add(key_tid)
       totals["busy"] += span
       computing = by_phase["compute"]
+      if computing:
+        totals["compute"] += span
+      if by_phase["input"] and by_phase["output"] and (
+          len(by_phase["input"] | by_phase["output"]) > 1):
+        totals["input_during_other_output"] += span
 
       if by_phase["input"] and computing and (computing - by_phase["input"]):
         totals["input_during_other_compute"] += span
@@ -101,14 +110,19 @@ def main(argv):
     entry["example"] = example
     report[gpu] = entry
     busy = totals["busy"] or 1.0
-    print("GPU %d: %d instance(s), %d batches over %.1f ms, busy %.1f ms" % (
-        gpu, len(instances), entry["batches"], span / 1e3, totals["busy"] / 1e3))
+    compute = totals["compute"] or 1.0
+    print("GPU %d: %d instance(s), %d batches over %.1f ms, busy %.1f ms, computing %.1f ms" % (
+        gpu, len(instances), entry["batches"], span / 1e3, totals["busy"] / 1e3,
+        totals["compute"] / 1e3))
     for key, text in (("input_during_other_compute", "input while another instance computes"),
                       ("output_during_other_compute", "output while another instance computes"),
                       ("input_compute_output_of_three",
                        "input, compute and output of three instances at once")):
-      print("  %-55s %8.1f ms  (%4.1f%% of busy time)" % (text, totals[key] / 1e3,
-                                                          100.0 * totals[key] / busy))
+      print("  %-55s %8.1f ms  (%5.1f%% of compute time, %4.1f%% of busy time)" % (
+          text, totals[key] / 1e3, 100.0 * totals[key] / compute, 100.0 * totals[key] / busy))
+    print("  %-55s %8.1f ms  (%4.1f%% of busy time)" % (
+        "input while another instance's output copies", totals["input_during_other_output"] / 1e3,
+        100.0 * totals["input_during_other_output"] / busy))
     if example is not None:
       print("  e.g. at %.3f ms for %.1f us: input of %s, compute of %s, output of %s" % (
           example["at_us"] / 1e3, example["for_us"], example["input"], example["compute"],

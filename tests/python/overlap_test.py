@@ -54,6 +54,8 @@ class OverlapTest(unittest.TestCase):
     self.assertAlmostEqual(totals["input_during_other_compute"], 200)
     self.assertAlmostEqual(totals["output_during_other_compute"], 200)
     self.assertAlmostEqual(totals["input_compute_output_of_three"], 100)
+    self.assertAlmostEqual(totals["compute"], 300)
+    self.assertAlmostEqual(totals["input_during_other_output"], 100)
     self.assertEqual((example["input"], example["compute"], example["output"]), (2, 1, 0))
 
   def test_serial_batches_do_not_overlap(self):
