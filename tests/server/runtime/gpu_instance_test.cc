@@ -170,6 +170,61 @@ TEST_F(GpuInstanceTest, PinnedRequestsAreNeverCopiedOnTheHost) {
   EXPECT_EQ(batch[1]->host_copies, 0);
 }
 
+// Samples of 64x512x512 floats (67 MB): a whole batch of 16 would be 1 GiB of
+// device memory each way, so the first batch reserves only its own samples.
+TEST_F(GpuInstanceTest, LargeSamplesAreReservedInDoublingStepsNotAsAWholeBatch) {
+  testing::ModelSpec spec;
+  spec.platform = "groupnorm";
+  spec.max_batch_size = 16;
+  spec.input_dims = {64, -1, -1};
+  spec.output_dims = {64, -1, -1};
+  spec.parameters = {{"num_channels", "64"}, {"num_groups", "8"}};
+  spec.tensors = {testing::UniformTensor("gn.weight", {64}, 1, 0.5f, 1.5f),
+                  testing::UniformTensor("gn.bias", {64}, 2, -0.5f, 0.5f)};
+  auto model = spec.Create();
+  ASSERT_TRUE(model.ok()) << model.status();
+  GpuInstanceOptions options;
+  options.name = "big groupnorm gpu0#0";
+  options.model = model->get();
+  options.clock = Clock::Real();
+  options.max_input_shape = {16, 64, -1, -1};
+  absl::StatusOr<std::unique_ptr<Instance>> instance = CreateGpuInstance(options);
+  ASSERT_TRUE(instance.ok()) << instance.status();
+
+  const Shape sample = {1, 64, 512, 512};
+  const int64_t sample_bytes = NumElements(sample) * sizeof(float);
+  absl::StatusOr<int64_t> before = cuda::DeviceMemoryUsedBytes(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  std::vector<float> input(NumElements(sample));
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 97) * 0.01f;
+  std::vector<float> output;
+  absl::Status answered = absl::UnknownError("not answered");
+  Batch batch;
+  auto request = std::make_unique<InferenceRequest>();
+  request->input_shape = sample;
+  request->input = input.data();
+  request->allocate_output = [&output](const Shape& shape) {
+    output.assign(NumElements(shape), NAN);
+    return output.data();
+  };
+  request->on_complete = [&answered](const absl::Status& status, const RequestTimestamps&) {
+    answered = status;
+  };
+  batch.push_back(std::move(request));
+  (*instance)->Execute(batch);
+  ASSERT_TRUE(answered.ok()) << answered;
+  absl::StatusOr<int64_t> after = cuda::DeviceMemoryUsedBytes(0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  // One sample each way (plus allocator granularity), far from 2 x 16.
+  EXPECT_LT(*after - *before, 4 * sample_bytes);
+
+  std::vector<float> expected(input.size());
+  ASSERT_TRUE((*model)->RunOnCpu(input.data(), sample, expected.data(), pool_).ok());
+  for (size_t i = 0; i < expected.size(); i += 4099) {
+    ASSERT_NEAR(output[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i]))) << i;
+  }
+}
+
 class RecordingSink final : public BatchTraceSink {
  public:
   void Record(const BatchTrace& batch) override { batches.push_back(batch); }
