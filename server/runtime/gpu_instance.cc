@@ -131,6 +131,7 @@ class GpuInstance final : public Instance {
       if (whole_bytes > kWholeBatchReserveBytes) {
         const int64_t sample_bytes = NumElements(input_shape) / input_shape[0] * sizeof(float);
         const int64_t held = static_cast<int64_t>(device_input_.bytes()) / sample_bytes;
+        if (held >= input_shape[0]) return Reserve(input_shape);  // fits already
         target[0] = std::min(max_batch, std::max(input_shape[0], 2 * held));
       }
       if (target != unreservable_) {

@@ -199,24 +199,33 @@ TEST_F(GpuInstanceTest, LargeSamplesAreReservedInDoublingStepsNotAsAWholeBatch) 
   for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 97) * 0.01f;
   std::vector<float> output;
   absl::Status answered = absl::UnknownError("not answered");
-  Batch batch;
-  auto request = std::make_unique<InferenceRequest>();
-  request->input_shape = sample;
-  request->input = input.data();
-  request->allocate_output = [&output](const Shape& shape) {
-    output.assign(NumElements(shape), NAN);
-    return output.data();
+  const auto run_one_sample = [&] {
+    Batch batch;
+    auto request = std::make_unique<InferenceRequest>();
+    request->input_shape = sample;
+    request->input = input.data();
+    request->allocate_output = [&output](const Shape& shape) {
+      output.assign(NumElements(shape), NAN);
+      return output.data();
+    };
+    request->on_complete = [&answered](const absl::Status& status, const RequestTimestamps&) {
+      answered = status;
+    };
+    batch.push_back(std::move(request));
+    (*instance)->Execute(batch);
   };
-  request->on_complete = [&answered](const absl::Status& status, const RequestTimestamps&) {
-    answered = status;
-  };
-  batch.push_back(std::move(request));
-  (*instance)->Execute(batch);
+  run_one_sample();
   ASSERT_TRUE(answered.ok()) << answered;
   absl::StatusOr<int64_t> after = cuda::DeviceMemoryUsedBytes(0);
   ASSERT_TRUE(after.ok()) << after.status();
   // One sample each way (plus allocator granularity), far from 2 x 16.
   EXPECT_LT(*after - *before, 4 * sample_bytes);
+  // Batches that fit what is held reserve nothing more.
+  for (int i = 0; i < 3; ++i) run_one_sample();
+  ASSERT_TRUE(answered.ok()) << answered;
+  absl::StatusOr<int64_t> steady = cuda::DeviceMemoryUsedBytes(0);
+  ASSERT_TRUE(steady.ok()) << steady.status();
+  EXPECT_EQ(*steady, *after) << "a batch that fits grew the buffers";
 
   std::vector<float> expected(input.size());
   ASSERT_TRUE((*model)->RunOnCpu(input.data(), sample, expected.data(), pool_).ok());
