@@ -1,20 +1,31 @@
-// ModelInfer request decoding and validation (server/grpc/infer_request_decoder.h)
-// against real models of every family, then the CPU run of every request the
-// decoder accepts: whatever it lets through must be safe to compute.
+// ModelInfer request parsing and decoding as the server does them: the bytes
+// go through the raw-bytes parser (server/grpc/infer_wire.h) cut into slices,
+// as the transport hands them over, then decoding and validation
+// (server/grpc/infer_request_decoder.h) against real models of every family,
+// then the CPU run of every request the decoder accepts: whatever it lets
+// through must be safe to compute. Differential check: whenever protobuf
+// parses the bytes, the raw-bytes parser must too, with the same fields and
+// the same raw entries.
 //
-// Input: one byte choosing the model (FuzzModels(), modulo their count), then
-// a serialized inference.ModelInferRequest (as it arrives over gRPC).
+// Input: one byte choosing the model (FuzzModels(), modulo their count) and
+// the slice size, then a serialized inference.ModelInferRequest.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/shape.h"
 #include "common/thread_pool.h"
 #include "fuzz/fuzz_check.h"
 #include "fuzz/fuzz_models.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "proto/grpc_service.pb.h"
 #include "server/grpc/infer_request_decoder.h"
+#include "server/grpc/infer_wire.h"
 
 namespace fuseserve::fuzzing {
 namespace {
@@ -25,8 +36,14 @@ void CheckAccepted(const FuzzModel& fuzz_model, const DecodedInferRequest& decod
   Check(decoded.input_shape.size() == rank);
   const absl::StatusOr<int64_t> count = CheckedNumElements(decoded.input_shape);
   Check(count.ok() && *count > 0);
-  Check(decoded.input != nullptr);
-  Check(reinterpret_cast<uintptr_t>(decoded.input) % alignof(float) == 0);
+  // In place (aligned), or left in the received pieces, with exactly the
+  // input's bytes.
+  Check(decoded.input != nullptr || decoded.input_pieces.has_value());
+  if (decoded.input != nullptr) {
+    Check(reinterpret_cast<uintptr_t>(decoded.input) % alignof(float) == 0);
+  } else {
+    Check(decoded.input_pieces->size() == static_cast<size_t>(*count) * sizeof(float));
+  }
   if (config.max_batch_size() > 0) {
     Check(decoded.batch_size == decoded.input_shape[0]);
     Check(decoded.batch_size >= 1 && decoded.batch_size <= config.max_batch_size());
@@ -40,10 +57,43 @@ void CheckAccepted(const FuzzModel& fuzz_model, const DecodedInferRequest& decod
   // Every input value is read (ASan checks the span) and the model runs on
   // them, as a batch of one request would.
   static ThreadPool* const pool = new ThreadPool(1);
+  std::vector<float> gathered;
+  const float* input = decoded.input;
+  if (input == nullptr) {
+    gathered.resize(*count);
+    decoded.input_pieces->CopyTo(reinterpret_cast<char*>(gathered.data()));
+    input = gathered.data();
+  }
   std::vector<float> output(NumElements(decoded.output_shape));
   const absl::Status run =
-      fuzz_model.model->RunOnCpu(decoded.input, decoded.input_shape, output.data(), *pool);
+      fuzz_model.model->RunOnCpu(input, decoded.input_shape, output.data(), *pool);
   Check(run.ok());
+}
+
+// `bytes` as the transport may hand them over: slices of `slice_size`.
+grpc::ByteBuffer Sliced(const uint8_t* bytes, size_t size, size_t slice_size) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < size; at += slice_size) {
+    slices.emplace_back(bytes + at, std::min(slice_size, size - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// Protobuf's parse of the same bytes, where it succeeds, must agree.
+void CheckAgreesWithProtobuf(const uint8_t* bytes, size_t size,
+                             const absl::StatusOr<WireInferRequest>& parsed) {
+  inference::ModelInferRequest whole;
+  if (!whole.ParseFromArray(bytes, static_cast<int>(size))) return;
+  Check(parsed.ok());
+  Check(parsed->raw_input_contents.size() ==
+        static_cast<size_t>(whole.raw_input_contents_size()));
+  for (size_t i = 0; i < parsed->raw_input_contents.size(); ++i) {
+    std::string contents(parsed->raw_input_contents[i].size(), '\0');
+    parsed->raw_input_contents[i].CopyTo(contents.data());
+    Check(contents == whole.raw_input_contents(static_cast<int>(i)));
+  }
+  whole.clear_raw_input_contents();
+  Check(google::protobuf::util::MessageDifferencer::Equals(parsed->header, whole));
 }
 
 }  // namespace
@@ -54,10 +104,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::vector<FuzzModel>& models = FuzzModels();
   const FuzzModel& fuzz_model = models[data[0] % models.size()];
-  inference::ModelInferRequest request;
-  if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
-  const absl::StatusOr<fuseserve::DecodedInferRequest> decoded =
-      fuseserve::DecodeInferRequest(request, fuzz_model.config, *fuzz_model.model);
+  const size_t slice_size = 1 + (data[0] / models.size()) % 64;
+  const absl::StatusOr<fuseserve::WireInferRequest> parsed =
+      fuseserve::ParseWireInferRequest(Sliced(data + 1, size - 1, slice_size));
+  CheckAgreesWithProtobuf(data + 1, size - 1, parsed);
+  if (!parsed.ok()) {
+    Check(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    return 0;
+  }
+  const absl::StatusOr<fuseserve::DecodedInferRequest> decoded = fuseserve::DecodeInferRequest(
+      parsed->header, parsed->raw_input_contents, fuzz_model.config, *fuzz_model.model);
   if (decoded.ok()) {
     CheckAccepted(fuzz_model, *decoded);
   } else {
