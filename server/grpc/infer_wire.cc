@@ -162,10 +162,13 @@ absl::StatusOr<WireInferRequest> ParseWireInferRequest(const grpc::ByteBuffer& b
     cursor.set_record(nullptr);
     const uint32_t field = static_cast<uint32_t>(tag >> 3);
     const uint32_t wire_type = static_cast<uint32_t>(tag & 7);
-    if (field == 0 || tag > UINT32_MAX) return Malformed("invalid field tag");
-    if (wire_type == kStartGroup || wire_type == kEndGroup) {
+    // Group encodings, and tags wider than 32 bits (protobuf reads a 5-byte
+    // tag and drops the bits past 32), are left to protobuf's own parser, so
+    // that exactly what protobuf accepts is accepted.
+    if (wire_type == kStartGroup || wire_type == kEndGroup || tag > UINT32_MAX) {
       return ParseWhole(std::move(request.slices));
     }
+    if (field == 0) return Malformed("invalid field tag");
     if (field == kRawInputContentsField && wire_type == kLengthDelimited) {
       uint64_t length = 0;
       if (!cursor.ReadVarint(&length) || length > cursor.remaining()) {

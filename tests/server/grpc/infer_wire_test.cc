@@ -145,6 +145,16 @@ TEST(InferWireTest, ParsesGroupEncodedUnknownFieldsThroughTheWholeMessage) {
   ExpectSameAsProtobuf(expected, Sliced(bytes, {7}));
 }
 
+TEST(InferWireTest, AcceptsWideTagsExactlyAsProtobufDoes) {
+  // Field 3 (id), wire type 2, as a 5-byte tag whose last byte carries bits
+  // past 32, which protobuf drops (found by the decoder fuzzer).
+  std::string bytes = FullRequest().SerializeAsString();
+  bytes += std::string("\x9a\x80\x80\x80\x70\x02id", 8);
+  ModelInferRequest expected;
+  ASSERT_TRUE(expected.ParseFromString(bytes)) << "precondition: protobuf accepts it";
+  ExpectSameAsProtobuf(expected, Sliced(bytes, {4}));
+}
+
 TEST(InferWireTest, AnEmptyMessageIsAnEmptyRequest) {
   absl::StatusOr<WireInferRequest> parsed = ParseWireInferRequest(grpc::ByteBuffer());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -160,6 +170,7 @@ TEST(InferWireTest, RejectsMalformedMessagesWithAReason) {
       {std::string("\x0A\x05" "ab", 4), "field 1 is truncated or invalid"},
       {std::string("\x80", 1), "truncated field tag"},
       {std::string("\x00\x01", 2), "invalid field tag"},
+      {std::string("\x80\x80\x80\x80\x10\x01", 6), "protobuf rejects it"},  // field 0, wide
       {std::string("\x0E", 1), "field 1 is truncated or invalid"},  // wire type 6
       {std::string(11, '\xFF'), "truncated field tag"},
       {std::string("\x11\x01\x02", 3), "field 2 is truncated or invalid"},  // short fixed64
