@@ -7,13 +7,17 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/conv_transpose2d_gelu_tiled.h"
+#include "kernels/cuda/conv_transpose2d_gelu_wgmma.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/mma_sync.cuh"
 
-// Three kernels (ConvTranspose2dBiasGelu):
+// Four kernels (ConvTranspose2dBiasGelu):
 //
-//  stride 1, kTf32, in_width % 4 == 0 and the shared-memory tiles fit
+//  stride 1, kTf32 on a Hopper GPU (compute capability 9.0) when its stages
+//    fit (conv_wgmma::Supports; the reference shape): the warp-specialised
+//    wgmma kernel of conv_transpose2d_gelu_wgmma.cu.
+//  other stride 1, kTf32, in_width % 4 == 0 and the shared-memory tiles fit
 //    (conv_tiled::Supports; the reference shape): the tiled kernel of
 //    conv_transpose2d_gelu_tiled.cu, which copies the input rows a block
 //    touches into shared memory once per 8-channel chunk and reads every
@@ -605,7 +609,9 @@ bool HasTiledLayout(const ConvTranspose2dParams& params, MathMode mode) {
 int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, MathMode mode) {
   if (!ValidateConvTranspose2dParams(params).ok()) return 0;
   return PaddedK(params) * PaddedN(params) +
-         (HasTiledLayout(params, mode) ? conv_tiled::PreparedWeightSize(params) : 0);
+         (HasTiledLayout(params, mode)
+              ? conv_tiled::PreparedWeightSize(params) + conv_wgmma::PreparedWeightSize(params)
+              : 0);
 }
 
 // Layout: row-major [K_pad, N_pad] with row (kh * k + kw) * C_in + ci and
@@ -615,7 +621,9 @@ int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, Mat
 // keeps float32 values, which the kernel splits into TF32 pairs. For
 // stride-1 kTf32 (HasTiledLayout), the tiled kernel's layout
 // (conv_tiled::WeightIndex, TF32-rounded) follows at offset K_pad * N_pad,
-// a multiple of 64 * 64 floats, so 16-byte aligned like the buffer.
+// a multiple of 64 * 64 floats, so 16-byte aligned like the buffer, and the
+// wgmma kernel's (conv_wgmma::WeightIndex) after it, at a further multiple
+// of 64 * 8 floats.
 absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, MathMode mode,
                                         const float* weight, float* prepared) {
   RETURN_IF_ERROR(ValidateConvTranspose2dParams(params));
@@ -627,6 +635,7 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
   const int64_t general_size = PaddedK(params) * padded_n;
   const bool tiled = HasTiledLayout(params, mode);
   float* tiled_prepared = prepared + general_size;
+  float* wgmma_prepared = tiled ? tiled_prepared + conv_tiled::PreparedWeightSize(params) : nullptr;
   const int64_t size = PreparedConvTransposeWeightSize(params, mode);
   for (int64_t i = 0; i < size; ++i) prepared[i] = 0.0f;
   for (int64_t ci = 0; ci < params.in_channels; ++ci) {
@@ -635,7 +644,10 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
         const float raw = weight[(ci * params.out_channels + co) * k * k + tap];
         const float value = mode == MathMode::kTf32 ? RoundToTf32(raw) : raw;
         prepared[(tap * params.in_channels + ci) * padded_n + co] = value;
-        if (tiled) tiled_prepared[conv_tiled::WeightIndex(params, ci, co, tap)] = value;
+        if (tiled) {
+          tiled_prepared[conv_tiled::WeightIndex(params, ci, co, tap)] = value;
+          wgmma_prepared[conv_wgmma::WeightIndex(params, ci, co, tap)] = value;
+        }
       }
     }
   }
@@ -646,6 +658,15 @@ absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMo
                                      const float* input, const float* prepared_weight,
                                      const float* bias, float* output, int64_t num_groups,
                                      double* group_sums, cudaStream_t stream) {
+  return ConvTranspose2dBiasGeluOn(ConvTransposeKernel::kAuto, params, mode, input,
+                                   prepared_weight, bias, output, num_groups, group_sums, stream);
+}
+
+absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
+                                       const ConvTranspose2dParams& params, MathMode mode,
+                                       const float* input, const float* prepared_weight,
+                                       const float* bias, float* output, int64_t num_groups,
+                                       double* group_sums, cudaStream_t stream) {
   RETURN_IF_ERROR(ValidateConvTranspose2dParams(params));
   if (input == nullptr || prepared_weight == nullptr || output == nullptr) {
     return absl::InvalidArgumentError("ConvTranspose2dBiasGelu: null input, weight or output");
@@ -660,15 +681,43 @@ absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMo
         absl::StrCat("ConvTranspose2dBiasGelu: num_groups ", num_groups,
                      " must be >= 1 and divide out_channels ", params.out_channels));
   }
-
-  if (HasTiledLayout(params, mode) && conv_tiled::Supports(params, mode)) {
-    ASSIGN_OR_RETURN(const int stages, conv_tiled::StagesOnCurrentDevice(params));
-    if (stages > 0) {
-      return conv_tiled::Launch(params, stages, input,
-                                prepared_weight + PaddedK(params) * PaddedN(params), bias, output,
-                                num_groups, group_sums, stream);
+  const bool automatic = kernel == ConvTransposeKernel::kAuto;
+  const float* tiled_weight = prepared_weight + PaddedK(params) * PaddedN(params);
+  if (automatic || kernel == ConvTransposeKernel::kWgmma) {
+    bool serves = HasTiledLayout(params, mode) && conv_wgmma::Supports(params, mode);
+    if (serves) {
+      ASSIGN_OR_RETURN(serves, conv_wgmma::AvailableOnCurrentDevice());
+    }
+    if (serves) {
+      return conv_wgmma::Launch(params, input, tiled_weight + conv_tiled::PreparedWeightSize(params),
+                                bias, output, num_groups, group_sums, stream);
+    }
+    if (!automatic) {
+      return absl::FailedPreconditionError(
+          "ConvTranspose2d wgmma kernel: needs stride 1, tf32, a compute capability 9.0 device "
+          "and shared memory for its stages");
     }
   }
+  if (automatic || kernel == ConvTransposeKernel::kTiled) {
+    int stages = 0;
+    if (HasTiledLayout(params, mode) && conv_tiled::Supports(params, mode)) {
+      ASSIGN_OR_RETURN(stages, conv_tiled::StagesOnCurrentDevice(params));
+    }
+    if (stages > 0) {
+      return conv_tiled::Launch(params, stages, input, tiled_weight, bias, output, num_groups,
+                                group_sums, stream);
+    }
+    if (!automatic) {
+      return absl::FailedPreconditionError(
+          "ConvTranspose2d tiled kernel: needs stride 1, tf32, in_width % 4 == 0 and shared "
+          "memory for its tiles");
+    }
+  }
+  if (kernel == ConvTransposeKernel::kImplicitGemm && params.stride != 1) {
+    return absl::FailedPreconditionError("ConvTranspose2d implicit GEMM kernel: needs stride 1");
+  }
+  const bool implicit_gemm =
+      params.stride == 1 && kernel != ConvTransposeKernel::kDirect;
 
   Geometry g;
   g.in_channels = static_cast<int>(params.in_channels);
@@ -688,7 +737,7 @@ absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMo
   g.channels_per_group = group_sums != nullptr ? static_cast<int>(params.out_channels / num_groups) : 0;
   const int64_t out_plane = static_cast<int64_t>(g.out_height) * g.out_width;
 
-  if (params.stride == 1) {
+  if (implicit_gemm) {
     const dim3 grid(static_cast<unsigned>((out_plane + kBlockM - 1) / kBlockM),
                     static_cast<unsigned>(g.padded_n / kBlockN),
                     static_cast<unsigned>(params.batch));

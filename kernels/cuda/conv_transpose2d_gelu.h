@@ -69,4 +69,23 @@ absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMo
                                      const float* bias, float* output, int64_t num_groups,
                                      double* group_sums, cudaStream_t stream);
 
+// The kernels behind ConvTranspose2dBiasGelu, which picks the first that
+// serves the call (kAuto):
+//  kWgmma: stride 1, kTf32, compute capability 9.0 (sm_90a wgmma), its
+//    pipeline stages fit in shared memory;
+//  kTiled: stride 1, kTf32, in_width % 4 == 0, its tiles fit in shared
+//    memory (mma.sync, sm_80+);
+//  kImplicitGemm: stride 1, either mode (mma.sync; kFp32 as 3xTF32);
+//  kDirect: any stride, either mode (float32 FFMA).
+enum class ConvTransposeKernel { kAuto, kWgmma, kTiled, kImplicitGemm, kDirect };
+
+// ConvTranspose2dBiasGelu on the given kernel, so that tests and benchmarks
+// can run each one wherever it serves the call; FailedPrecondition where it
+// does not (kDirect always serves a valid call).
+absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
+                                       const ConvTranspose2dParams& params, MathMode mode,
+                                       const float* input, const float* prepared_weight,
+                                       const float* bias, float* output, int64_t num_groups,
+                                       double* group_sums, cudaStream_t stream);
+
 }  // namespace fuseserve::cuda

@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace fuseserve::cuda {
 
 // 16-byte cp.async, global -> shared, bypassing L1. With valid false it
@@ -21,6 +23,15 @@ __device__ __forceinline__ void CpAsync4(float* shared, const float* global, boo
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(global),
                "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+// CpAsync4 to a shared-memory address (the shared window's 32-bit offset),
+// for copy loops that step the destination without generic pointers.
+__device__ __forceinline__ void CpAsync4ToShared(uint32_t shared_address, const float* global,
+                                                 bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address),
+               "l"(global), "r"(valid ? 4 : 0)
                : "memory");
 }
 

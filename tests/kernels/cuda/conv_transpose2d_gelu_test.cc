@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cuda/conv_transpose2d_gelu_tiled.h"
+#include "kernels/cuda/conv_transpose2d_gelu_wgmma.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
@@ -65,7 +67,8 @@ absl::StatusOr<GpuResult> RunOnGpu(const ConvTranspose2dParams& p, MathMode mode
                                    const std::vector<float>& input,
                                    const std::vector<float>& weight,
                                    const std::vector<float>& bias, int64_t num_groups,
-                                   int64_t input_offset = 0, int64_t output_offset = 0) {
+                                   int64_t input_offset = 0, int64_t output_offset = 0,
+                                   ConvTransposeKernel kernel = ConvTransposeKernel::kAuto) {
   std::vector<float> prepared(PreparedConvTransposeWeightSize(p, mode));
   RETURN_IF_ERROR(PrepareConvTransposeWeight(p, mode, weight.data(), prepared.data()));
   const int64_t output_count = p.batch * p.out_channels * OutHeight(p) * OutWidth(p);
@@ -92,10 +95,10 @@ absl::StatusOr<GpuResult> RunOnGpu(const ConvTranspose2dParams& p, MathMode mode
     RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d_sums.data(), 0, d_sums.bytes(), stream.get()));
   }
 
-  RETURN_IF_ERROR(ConvTranspose2dBiasGelu(p, mode, device_input, d_weight.as<float>(),
-                                          d_bias.as<float>(), device_output, num_groups,
-                                          sums_count > 0 ? d_sums.as<double>() : nullptr,
-                                          stream.get()));
+  RETURN_IF_ERROR(ConvTranspose2dBiasGeluOn(kernel, p, mode, device_input, d_weight.as<float>(),
+                                            d_bias.as<float>(), device_output, num_groups,
+                                            sums_count > 0 ? d_sums.as<double>() : nullptr,
+                                            stream.get()));
   RETURN_IF_ERROR(stream.Synchronize());
 
   GpuResult result;
@@ -276,6 +279,93 @@ TEST_P(ConvTranspose2dGeluTest, MatchesFloat64ReferenceWithGroupSumsInBothModes)
   }
 }
 
+const char* KernelName(ConvTransposeKernel kernel) {
+  switch (kernel) {
+    case ConvTransposeKernel::kAuto:
+      return "auto";
+    case ConvTransposeKernel::kWgmma:
+      return "wgmma";
+    case ConvTransposeKernel::kTiled:
+      return "tiled";
+    case ConvTransposeKernel::kImplicitGemm:
+      return "implicit GEMM";
+    case ConvTransposeKernel::kDirect:
+      return "direct";
+  }
+  return "?";
+}
+
+// FUSESERVE_DISABLE_WGMMA=1 switches the wgmma kernel off (the racecheck
+// run of scripts/gpu/run.sh).
+bool WgmmaDisabled() {
+  const char* disabled = std::getenv("FUSESERVE_DISABLE_WGMMA");
+  return disabled != nullptr && std::string(disabled) == "1";
+}
+
+bool IsHopper() {
+  int device = 0;
+  int major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+             cudaSuccess &&
+         major == 9;
+}
+
+// The automatic choice runs one kernel per case; this runs every kernel that
+// serves the case (each side of every dispatch rule), in both modes, on both
+// input distributions, against the float64 reference and its own group sums.
+// A kernel that does not serve a case says so with FailedPrecondition, and
+// it must serve where its rule says it does: the wgmma kernel every
+// stride-1 tf32 case whose stages fit (on a Hopper GPU, unless switched
+// off by FUSESERVE_DISABLE_WGMMA=1), the tiled kernel
+// every T_ case.
+TEST_P(ConvTranspose2dGeluTest, EveryKernelServingTheCaseMatchesTheReference) {
+  const ConvCase& c = GetParam();
+  const ConvTranspose2dParams& p = c.params;
+  const int64_t plane = OutHeight(p) * OutWidth(p);
+  const float bound = InitBound(p);
+  // The data of MatchesFloat64ReferenceWithGroupSumsInBothModes. (Other
+  // seeds give S1_K5_C1to1_1x1_P2, one output of 1.7e-4 summed from terms
+  // of ~1e-2, a relative error that no float32 kernel meets.)
+  const std::vector<float> weight = reference::RandomUniform(
+      p.in_channels * p.out_channels * p.kernel_size * p.kernel_size, 11, -bound, bound);
+  const std::vector<float> bias = reference::RandomUniform(p.out_channels, 12, -bound, bound);
+  const int64_t input_count = p.batch * p.in_channels * p.in_height * p.in_width;
+  for (const bool normal : {false, true}) {
+    const std::vector<float> input = normal ? reference::RandomNormal(input_count, 13)
+                                            : reference::RandomUniform(input_count, 13);
+    const std::vector<double> expected = ReferenceOutput(p, input, weight, bias);
+    for (const MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
+      for (const ConvTransposeKernel kernel :
+           {ConvTransposeKernel::kWgmma, ConvTransposeKernel::kTiled,
+            ConvTransposeKernel::kImplicitGemm, ConvTransposeKernel::kDirect}) {
+        const std::string label = absl::StrCat(KernelName(kernel), " ", ModeName(mode),
+                                               normal ? " N(0,1)" : " U[0,1)", " input");
+        absl::StatusOr<GpuResult> result =
+            RunOnGpu(p, mode, input, weight, bias, c.num_groups, 0, 0, kernel);
+        bool should_serve = kernel == ConvTransposeKernel::kDirect ||
+                            (kernel == ConvTransposeKernel::kImplicitGemm && p.stride == 1);
+        if (kernel == ConvTransposeKernel::kWgmma) {
+          should_serve = IsHopper() && !WgmmaDisabled() && conv_wgmma::Supports(p, mode);
+        }
+        if (kernel == ConvTransposeKernel::kTiled) {
+          should_serve = mode == MathMode::kTf32 && c.name.rfind("T_", 0) == 0;
+        }
+        if (!should_serve) {
+          EXPECT_TRUE(!result.ok() && result.status().code() == absl::StatusCode::kFailedPrecondition)
+              << label << ": " << (result.ok() ? "ran" : result.status().ToString());
+          continue;
+        }
+        ASSERT_TRUE(result.ok()) << label << ": " << result.status();
+        const ErrorStats stats = CompareToReference(result->output, expected);
+        EXPECT_TRUE(stats.Within(ToleranceOf(mode))) << label << ": " << stats;
+        ExpectGroupSumsMatchOutput(result->output.data(), p.batch, p.out_channels, plane,
+                                   c.num_groups, result->group_sums.data(), label);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTranspose2dGeluTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<ConvCase>& info) {
                            return info.param.name;
@@ -367,6 +457,33 @@ TEST(ConvTranspose2dDispatchTest, TiledKernelNeedsStride1Tf32WidthMultipleOf4And
   EXPECT_FALSE(conv_tiled::Supports(params, MathMode::kTf32));
 }
 
+TEST(ConvTranspose2dDispatchTest, WgmmaKernelNeedsStride1Tf32AndThreeFittingStages) {
+  const ConvTranspose2dParams base = ReferenceShapeParams();
+  ASSERT_TRUE(conv_wgmma::Supports(base, MathMode::kTf32));
+  // The reference shape runs with four stages on Hopper (227 KB).
+  EXPECT_LE(conv_wgmma::SharedMemoryBytes(base, 4), 227 * 1024);
+  EXPECT_FALSE(conv_wgmma::Supports(base, MathMode::kFp32));
+
+  ConvTranspose2dParams params = base;
+  params.stride = 2;
+  EXPECT_FALSE(conv_wgmma::Supports(params, MathMode::kTf32));
+  // Any width whose stages fit: no alignment rule, unlike the tiled kernel.
+  params = base;
+  params.in_width = 255;
+  EXPECT_TRUE(conv_wgmma::Supports(params, MathMode::kTf32));
+  params.in_width = 1;
+  EXPECT_TRUE(conv_wgmma::Supports(params, MathMode::kTf32));
+  // Three stages of two k - 1 = 2 rows of 4097 grid pixels do not fit.
+  params.in_width = 4094;
+  EXPECT_GT(conv_wgmma::SharedMemoryBytes(params, 3), 227 * 1024);
+  EXPECT_FALSE(conv_wgmma::Supports(params, MathMode::kTf32));
+  // Nor do three stages of k = 5's weights (25 taps x 2 KB) with a 20-wide image.
+  params = Params(1, 17, 3, 20, 20, 5);
+  params.padding = 2;
+  EXPECT_FALSE(conv_wgmma::Supports(params, MathMode::kTf32));
+  EXPECT_TRUE(conv_tiled::Supports(params, MathMode::kTf32));
+}
+
 // The tiled kernel has instantiations for 2 and 3 stages, each for k = 3
 // and for any k: the TwoStages cases run the 2-stage ones on Hopper, the
 // other T_ cases the 3-stage ones.
@@ -386,13 +503,14 @@ TEST(ConvTranspose2dDispatchTest, TwoStagesCasesAreTheOnesWhoseThreeStagesExceed
   EXPECT_TRUE(two_stages_other_k);
 }
 
-TEST(ConvTranspose2dDispatchTest, PreparedSizeAddsTheTiledLayoutExactlyWhenSupported) {
+TEST(ConvTranspose2dDispatchTest, PreparedSizeAddsTheTiledAndWgmmaLayoutsForStride1Tf32) {
   ConvTranspose2dParams p = ReferenceShapeParams();
   // General layout: K = 64 * 9 = 576 rows of 64 channels.
   const int64_t general = 576 * 64;
   EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kFp32), general);
   EXPECT_EQ(conv_tiled::PreparedWeightSize(p), 64 * 64 * 9);
-  EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32), general + 64 * 64 * 9);
+  EXPECT_EQ(conv_wgmma::PreparedWeightSize(p), 64 * 64 * 9);
+  EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32), general + 2 * 64 * 64 * 9);
   p.stride = 2;
   EXPECT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32),
             PreparedConvTransposeWeightSize(p, MathMode::kFp32));
@@ -724,8 +842,9 @@ TEST(PrepareConvTransposeWeightTest, AppendsTheTiledLayoutInMmaFragmentOrderForT
   // General layout: K = 13 * 9 = 117 -> 128 rows, 72 -> 128 columns; then
   // 2 channel tiles x 2 chunks x 9 taps x 512.
   const int64_t general = 128 * 128;
+  const int64_t tiled_size = 2 * 2 * 9 * 512;
   const int64_t size = PreparedConvTransposeWeightSize(p, MathMode::kTf32);
-  ASSERT_EQ(size, general + 2 * 2 * 9 * 512);
+  ASSERT_EQ(size, general + 2 * tiled_size);
   const std::vector<float> weight =
       reference::RandomNormal(p.in_channels * p.out_channels * k2, 51);
   std::vector<float> prepared(size, -1.0f);
@@ -741,7 +860,7 @@ TEST(PrepareConvTransposeWeightTest, AppendsTheTiledLayoutInMmaFragmentOrderForT
             prepared[(8 * 13 + 12) * 128 + 71]);
   EXPECT_EQ(tiled[3 * 512 + 1 * 128 + 5 * 4 + 3], prepared[(3 * 13 + 5) * 128 + 25]);
 
-  std::vector<bool> used(size - general, false);
+  std::vector<bool> used(tiled_size, false);
   for (int64_t ci = 0; ci < p.in_channels; ++ci) {
     for (int64_t co = 0; co < p.out_channels; ++co) {
       for (int64_t tap = 0; tap < k2; ++tap) {
@@ -755,9 +874,54 @@ TEST(PrepareConvTransposeWeightTest, AppendsTheTiledLayoutInMmaFragmentOrderForT
       }
     }
   }
-  for (int64_t i = 0; i < size - general; ++i) {
+  for (int64_t i = 0; i < tiled_size; ++i) {
     if (!used[i]) {
       EXPECT_EQ(tiled[i], 0.0f) << "padding at tiled index " << i;
+    }
+  }
+}
+
+// The wgmma layout follows the tiled one: per (64-channel tile, 8-channel
+// chunk, tap) a 64 x 8 operand as two K-halves of 64 rows x 4 channels.
+TEST(PrepareConvTransposeWeightTest, AppendsTheWgmmaLayoutInCoreMatrixOrderForTf32) {
+  ConvTranspose2dParams p = Params(1, 13, 72, 4, 8, 3);
+  ASSERT_TRUE(conv_wgmma::Supports(p, MathMode::kTf32));
+  const int64_t k2 = p.kernel_size * p.kernel_size;
+  const int64_t general = 128 * 128;
+  const int64_t tiled_size = conv_tiled::PreparedWeightSize(p);
+  const int64_t wgmma_size = conv_wgmma::PreparedWeightSize(p);
+  ASSERT_EQ(wgmma_size, 2 * 2 * 9 * 512);
+  ASSERT_EQ(PreparedConvTransposeWeightSize(p, MathMode::kTf32), general + tiled_size + wgmma_size);
+  const std::vector<float> weight =
+      reference::RandomNormal(p.in_channels * p.out_channels * k2, 52);
+  std::vector<float> prepared(general + tiled_size + wgmma_size, -1.0f);
+  ASSERT_TRUE(PrepareConvTransposeWeight(p, MathMode::kTf32, weight.data(), prepared.data()).ok());
+  const float* wgmma = prepared.data() + general + tiled_size;
+
+  // By hand: w[12, 71, 2, 2] is chunk 1, K-half 1 (ci % 8 = 4), channel
+  // tile 1, row 7, column 0 of block (1 * 2 + 1) * 9 + 8; w[5, 25, 1, 0] is
+  // chunk 0, K-half 1, row 25, column 1 of block 3.
+  EXPECT_EQ(wgmma[(((1 * 2 + 1) * 9 + 8) * 2 + 1) * 256 + 7 * 4 + 0],
+            prepared[(8 * 13 + 12) * 128 + 71]);
+  EXPECT_EQ(wgmma[(3 * 2 + 1) * 256 + 25 * 4 + 1], prepared[(3 * 13 + 5) * 128 + 25]);
+
+  std::vector<bool> used(wgmma_size, false);
+  for (int64_t ci = 0; ci < p.in_channels; ++ci) {
+    for (int64_t co = 0; co < p.out_channels; ++co) {
+      for (int64_t tap = 0; tap < k2; ++tap) {
+        const int64_t position = conv_wgmma::WeightIndex(p, ci, co, tap);
+        ASSERT_GE(position, 0);
+        ASSERT_LT(position, wgmma_size);
+        EXPECT_FALSE(used[position]) << "ci " << ci << " co " << co << " tap " << tap;
+        EXPECT_EQ(wgmma[position], prepared[(tap * p.in_channels + ci) * 128 + co])
+            << "ci " << ci << " co " << co << " tap " << tap;
+        used[position] = true;
+      }
+    }
+  }
+  for (int64_t i = 0; i < wgmma_size; ++i) {
+    if (!used[i]) {
+      EXPECT_EQ(wgmma[i], 0.0f) << "padding at wgmma index " << i;
     }
   }
 }

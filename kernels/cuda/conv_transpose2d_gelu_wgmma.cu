@@ -1,0 +1,588 @@
+#include "kernels/cuda/conv_transpose2d_gelu_wgmma.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/cuda/cp_async.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma_sync.cuh"
+
+// A stride-1 transposed convolution is a correlation of the input with the
+// flipped kernel: out[n, co, oy, ox] = sum over (ci, kh, kw) of
+// x[n, ci, oy + p - kh, ox + p - kw] * w[ci, co, kh, kw]. Put the input on a
+// grid of Wp = W_out + k - 1 columns, shifted by h = k - 1 - p rows and
+// columns (grid (r, c) holds x[r - h, c - h], 0 outside the image), and
+// number output pixels on the same grid, q = oy * Wp + ox (ox < W_out are
+// kept, the k - 1 others computed and dropped). Then tap (kh, kw) reads grid
+// index q + (k - 1 - kh) * Wp + (k - 1 - kw): the same shift for every pixel,
+// so each tap's GEMM operand is the tile itself at a constant offset, which
+// a wgmma descriptor expresses by its start address.
+//
+// Block roles (384 threads, one block per SM, persistent over tiles of 64
+// channels x 512 grid pixels of one sample):
+//  - warpgroup 0, the producer: for each 8-channel chunk of each tile, wait
+//    for a free stage, bulk-copy the chunk's weights (prepared at load in
+//    wgmma order, TF32-rounded; one thread) and copy the grid pixels
+//    [q0, q0 + L) of the chunk's channels with 4-byte cp.async into shared
+//    memory as [channel quad][pixel][4 channels] (zeros outside the image),
+//    each thread's copies arriving on the stage's full barrier as they land;
+//  - warpgroups 1 and 2, the consumers: round each stage's input to TF32 in
+//    place (wgmma would truncate raw float32) while the previous chunk's
+//    wgmmas run, then each multiplies the 64 channels by
+//    256 of the tile's pixels, one m64n256k8 wgmma per tap per chunk, the
+//    accumulators in registers (128 per thread), releasing each stage once
+//    the wgmmas that read it are done; then the epilogue adds the bias,
+//    applies GELU, stores the kept pixels and adds the GroupNorm sums.
+
+namespace fuseserve::cuda::conv_wgmma {
+namespace {
+
+constexpr int kProducerThreads = 128;
+constexpr int kProducerWarps = kProducerThreads / 32;
+// Grid pixels between a producer lane's consecutive copies: 8 per warp.
+constexpr int kProducerStep = 8 * kProducerWarps;
+// Tiles of at most this many steps (spans up to 1152 pixels: the reference
+// shape's is 1056) keep their source offsets in the producer's registers.
+constexpr int kMaxProducerSteps = 36;
+constexpr int kConsumerThreads = 128;
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = kProducerThreads + kConsumerThreads * kConsumerWarpgroups;
+constexpr int kConsumerWarps = kConsumerWarpgroups * 4;
+constexpr int kBlockChannels = 64;
+constexpr int kWarpgroupPixels = 256;
+constexpr int kTilePixels = kConsumerWarpgroups * kWarpgroupPixels;
+constexpr int kChunkChannels = 8;
+// One tap's 64 x 8 weight operand: two K-halves of 64 rows x 16 bytes.
+constexpr int kTapWeightBytes = kBlockChannels * kChunkChannels * 4;
+constexpr int kKHalfBytes = kTapWeightBytes / 2;
+constexpr int kCoreRowBytes = 16;
+constexpr int kCoreMatrixBytes = 8 * kCoreRowBytes;
+// Registers per thread after reallocation (ptxas compiles each role within
+// its share): the consumers hold 128 accumulators (below 208 they spill); a
+// producer cut to 56 reloaded its kernel parameters on every copy (ncu),
+// and it keeps a tile's source offsets. 128 * 88 + 256 * 208 <= 65536. A
+// second producer warpgroup does not fit: 512 threads cap every thread at
+// 128 registers at entry, too few for the consumers' wgmma.
+constexpr int kProducerRegisters = 88;
+constexpr int kConsumerRegisters = 208;
+// At least two chunks in flight ahead of the consumers.
+constexpr int kMinStages = 3;
+// Named barriers: 1 + c for consumer warpgroup c's epilogue, and one for
+// both consumer warpgroups after rounding a stage.
+constexpr int kRoundedBarrier = 1 + kConsumerWarpgroups;
+constexpr int kMaxStages = 4;
+// Epilogue: each consumer warp passes 16 channels x 32 pixels at a time
+// through its own shared rows, so that the GELU runs in a row loop and a
+// warp stores 128 contiguous bytes of one channel. Pitch == 8 (mod 32):
+// the float2 writes of rows g, columns 2q fall on distinct banks per
+// half-warp.
+constexpr int kStagingRows = 16;
+constexpr int kStagingPitch = 40;
+constexpr int kStagingBytes = kConsumerWarps * kStagingRows * kStagingPitch * 4;
+// GroupNorm sums of a tile, per consumer warpgroup: (sum, sum of squares) of
+// at most 64 groups, in double.
+constexpr int kMaxGroups = kBlockChannels;
+constexpr int kGroupSlotBytes = kConsumerWarpgroups * kMaxGroups * 2 * 8;
+constexpr int kBarrierBytes = 2 * kMaxStages * 8;
+constexpr int64_t kSharedMemoryLimitBytes = 227 * 1024;
+
+int64_t RoundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+int64_t OutWidth(const ConvTranspose2dParams& p) {
+  return ConvTranspose2dOutputSize(p.in_width, p.kernel_size, 1, p.padding, 0);
+}
+
+int64_t OutHeight(const ConvTranspose2dParams& p) {
+  return ConvTranspose2dOutputSize(p.in_height, p.kernel_size, 1, p.padding, 0);
+}
+
+// Grid pixels a tile's operands span: its 512 pixels plus the largest tap
+// shift, rounded so that every producer warp runs the same copy loop.
+int64_t TileSpan(const ConvTranspose2dParams& p) {
+  const int64_t padded_width = OutWidth(p) + p.kernel_size - 1;
+  return RoundUp(kTilePixels + (p.kernel_size - 1) * (padded_width + 1), 32);
+}
+
+int64_t StageBytes(const ConvTranspose2dParams& p) {
+  return 2 * TileSpan(p) * kCoreRowBytes + p.kernel_size * p.kernel_size * kTapWeightBytes;
+}
+
+int64_t NumChunks(const ConvTranspose2dParams& p) {
+  return RoundUp(p.in_channels, kChunkChannels) / kChunkChannels;
+}
+
+struct Geometry {
+  int in_channels;
+  int out_channels;
+  int in_height;
+  int in_width;
+  int out_height;
+  int out_width;
+  int padded_width;  // Wp
+  int halo;          // k - 1 - p, may be negative
+  int kernel_size;
+  int num_chunks;
+  int co_tiles;
+  int q_tiles;
+  int64_t num_tiles;
+  int span;  // TileSpan
+  // kProducerStep grid pixels as whole rows and the remaining columns.
+  int step_rows;
+  int step_columns;
+  int stage_bytes;
+  int stages;
+  int channels_per_group;  // 0: no statistics
+  int num_groups;
+};
+
+// Rounds a stage's input (2 * span pixels of 4 channels) to TF32 in place,
+// 16 bytes per access, shared by the consumer threads (index `thread` of
+// `threads`). wgmma would truncate raw float32 (twice the error, biased).
+__device__ __forceinline__ void RoundStageInput(unsigned char* stage, int span, int thread,
+                                                int threads) {
+  float4* pixels = reinterpret_cast<float4*>(stage);
+#pragma unroll 4
+  for (int i = thread; i < 2 * span; i += threads) {
+    float4 v = pixels[i];
+    v.x = RoundTf32(v.x);
+    v.y = RoundTf32(v.y);
+    v.z = RoundTf32(v.z);
+    v.w = RoundTf32(v.w);
+    pixels[i] = v;
+  }
+}
+
+// Tile t of the persistent loop: pixel tiles fastest, so that the blocks
+// running at once work on neighbouring rows of one sample (their halo rows
+// shared in L2).
+struct TileIndex {
+  int q_tile;
+  int co_tile;
+  int64_t sample;
+};
+
+__device__ __forceinline__ TileIndex DecomposeTile(int64_t tile, const Geometry& g) {
+  const int64_t rest = tile / g.q_tiles;
+  return {static_cast<int>(tile % g.q_tiles), static_cast<int>(rest % g.co_tiles),
+          rest / g.co_tiles};
+}
+
+// Writes the accumulators of pixels 32 kBlock .. 32 kBlock + 31 (j = 4 kBlock
+// .. 4 kBlock + 3) to the warp's staging rows: accumulator 4 j + 2 h + e is
+// channel row lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e.
+template <int kBlock>
+__device__ __forceinline__ void StageBlock(const float (&acc)[128], float* staging, int lane) {
+#pragma unroll
+  for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int index = (4 * kBlock + jj) * 4 + 2 * h;
+      *reinterpret_cast<float2*>(staging + (lane / 4 + 8 * h) * kStagingPitch + 8 * jj +
+                                 2 * (lane % 4)) = make_float2(acc[index], acc[index + 1]);
+    }
+  }
+}
+
+// One step of a reduce-scatter of 2 * kWidth values over the warp: lanes
+// with bit kWidth set keep the upper half (summed with their partner's),
+// the others the lower half, in v[0 .. kWidth). After the steps 16, 8, 4,
+// 2, 1, lane l holds the warp's total of v[l].
+template <int kWidth>
+__device__ __forceinline__ void ReduceScatterStep(float (&v)[32], int lane) {
+  const bool upper = (lane & kWidth) != 0;
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    const float send = upper ? v[k] : v[k + kWidth];
+    const float own = upper ? v[k + kWidth] : v[k];
+    v[k] = own + __shfl_xor_sync(0xffffffffu, send, kWidth);
+  }
+}
+
+template <int kKernel>
+__global__ void __launch_bounds__(kThreads, 1)
+    ConvTransposeWgmmaTf32(Geometry g, const float* __restrict__ input,
+                           const float* __restrict__ weight, const float* __restrict__ bias,
+                           float* __restrict__ output, double* __restrict__ group_sums) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int t = static_cast<int>(threadIdx.x);
+  const int warp = t / 32;
+  const int lane = t % 32;
+  const int kernel_size = kKernel > 0 ? kKernel : g.kernel_size;
+  const int taps = kernel_size * kernel_size;
+  const int weight_bytes = taps * kTapWeightBytes;
+
+  unsigned char* staging_base = smem + g.stages * g.stage_bytes;
+  double* group_slots = reinterpret_cast<double*>(staging_base + kStagingBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging_base + kStagingBytes + kGroupSlotBytes);
+  uint64_t* empty = full + kMaxStages;
+
+  if (t == 0) {
+    for (int s = 0; s < g.stages; ++s) {
+      // One arrival per producer thread when its copies land, one with the
+      // weights' expected bytes.
+      hopper::MbarrierInit(&full[s], kProducerThreads + 1);
+      hopper::MbarrierInit(&empty[s], kConsumerWarps);
+    }
+    hopper::FenceMbarrierInit();
+  }
+  for (int i = t; i < kConsumerWarpgroups * kMaxGroups * 2; i += kThreads) group_slots[i] = 0;
+  __syncthreads();
+
+  const uint32_t smem_address = hopper::SharedAddress(smem);
+  const int64_t sample_stride = static_cast<int64_t>(g.in_channels) * g.in_height * g.in_width;
+  const int in_plane = g.in_height * g.in_width;
+  const int64_t out_plane = static_cast<int64_t>(g.out_height) * g.out_width;
+
+  if (warp < kProducerWarps) {
+    // ---- producer ----
+    hopper::ReleaseRegisters<kProducerRegisters>();
+    // Lane l copies channel l % 4 of each quad at grid pixels
+    // 8 warp + l / 4 + 64 i of the tile.
+    const int channel = lane % 4;
+    const int first_pixel = 8 * warp + lane / 4;
+    const int column_limit = g.padded_width - g.halo;
+    const bool table = g.span <= kMaxProducerSteps * kProducerStep;
+    int it = 0;
+    for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
+      const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
+      const float* sample_input = input + sample * sample_stride;
+      const int start = q_tile * kTilePixels + first_pixel;
+      const int start_row = start / g.padded_width;
+      const int start_column = start - start_row * g.padded_width;
+      // When the tile's span takes at most kMaxProducerSteps steps, this
+      // lane's source offsets (and which are inside the image) for every
+      // step, in registers.
+      unsigned offsets[kMaxProducerSteps];
+      uint64_t inside_mask = 0;
+      if (table) {
+        int in_row = start_row - g.halo;
+        int in_column = start_column - g.halo;
+#pragma unroll
+        for (int i = 0; i < kMaxProducerSteps; ++i) {
+          const bool inside =
+              static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
+              static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
+          offsets[i] = inside ? static_cast<unsigned>(in_row * g.in_width + in_column) : 0u;
+          inside_mask |= static_cast<uint64_t>(inside) << i;
+          in_column += g.step_columns;
+          in_row += g.step_rows;
+          if (in_column >= column_limit) {
+            in_column -= g.padded_width;
+            ++in_row;
+          }
+        }
+      }
+      for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
+        const int stage = it % g.stages;
+        hopper::MbarrierWait(&empty[stage], ((it / g.stages) & 1) ^ 1);
+        unsigned char* stage_base = smem + stage * g.stage_bytes;
+        if (t == 0) {
+          hopper::MbarrierArriveExpectBytes(&full[stage], weight_bytes);
+          hopper::BulkCopyToShared(
+              stage_base + 2 * g.span * kCoreRowBytes,
+              weight + (static_cast<int64_t>(co_tile) * g.num_chunks + chunk) * (weight_bytes / 4),
+              weight_bytes, &full[stage]);
+        }
+        // The lane's two channels (one per quad) as pointers at the sample's
+        // pixel 0; a channel past C_in reads nothing (zeros) and points at
+        // the sample's first one.
+        const int channel_0 = chunk * kChunkChannels + channel;
+        const bool channel_valid_0 = channel_0 < g.in_channels;
+        const bool channel_valid_1 = channel_0 + 4 < g.in_channels;
+        const float* source_0 =
+            channel_valid_0 ? sample_input + static_cast<int64_t>(channel_0) * in_plane : sample_input;
+        const float* source_1 = channel_valid_1 ? source_0 + 4 * in_plane : sample_input;
+        const uint32_t quad_bytes = g.span * kCoreRowBytes;
+        uint32_t destination = smem_address + stage * g.stage_bytes + first_pixel * kCoreRowBytes +
+                               channel * 4;
+        if (table) {
+          // The tile's offsets, computed once for its chunks: per step two
+          // address computations and two copies.
+#pragma unroll
+          for (int i = 0; i < kMaxProducerSteps; ++i) {
+            if (first_pixel + i * kProducerStep < g.span) {
+              const bool inside = (inside_mask >> i) & 1u;
+              CpAsync4ToShared(destination + i * kProducerStep * kCoreRowBytes,
+                               source_0 + offsets[i], inside && channel_valid_0);
+              CpAsync4ToShared(destination + quad_bytes + i * kProducerStep * kCoreRowBytes,
+                               source_1 + offsets[i], inside && channel_valid_1);
+            }
+          }
+        } else {
+          int in_row = start_row - g.halo;
+          int in_column = start_column - g.halo;
+          // A few instructions per pixel step: 32-bit offsets, the grid
+          // position stepped by constants (the first version, with generic
+          // pointers, signed 64-bit offsets and a wrap loop, executed ~56
+          // per step, the second ~30: ncu).
+#pragma unroll 4
+          for (int j = first_pixel; j < g.span; j += kProducerStep) {
+            const bool inside =
+                static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
+                static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
+            const unsigned offset =
+                inside ? static_cast<unsigned>(in_row * g.in_width + in_column) : 0u;
+            CpAsync4ToShared(destination, source_0 + offset, inside && channel_valid_0);
+            CpAsync4ToShared(destination + quad_bytes, source_1 + offset, inside && channel_valid_1);
+            destination += kProducerStep * kCoreRowBytes;
+            in_column += g.step_columns;
+            in_row += g.step_rows;
+            if (in_column >= column_limit) {
+              in_column -= g.padded_width;
+              ++in_row;
+            }
+          }
+        }
+        // Each thread's copies arrive on the stage's full barrier as they land.
+        // (Waiting for them and arriving by an ordinary release, one chunk
+        // late, measured 6% slower; racecheck reports the consumers' rounding
+        // and these copies as racing either way: it does not follow ordering
+        // through mbarriers.)
+        hopper::CpAsyncArriveOnCompletion(&full[stage]);
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  hopper::AcquireRegisters<kConsumerRegisters>();
+  // Consumer warpgroup c computes pixels [256 c, 256 c + 256) of each tile.
+  const int consumer = (warp - kProducerWarps) / 4;
+  const int consumer_thread = t - kProducerThreads - kConsumerThreads * consumer;
+  const int warp_in_group = warp % 4;
+  float* staging = reinterpret_cast<float*>(staging_base) +
+                   (warp - kProducerWarps) * kStagingRows * kStagingPitch;
+  double* slots = group_slots + consumer * kMaxGroups * 2;
+  const bool stats = group_sums != nullptr;
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  int it = 0;
+  for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
+    const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
+
+    int previous_stage = 0;
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
+      const int stage = it % g.stages;
+      hopper::MbarrierWait(&full[stage], (it / g.stages) & 1);
+      // While the previous chunk's wgmmas run: round this one, then make the
+      // rounded values visible to the tensor cores of both warpgroups.
+      RoundStageInput(smem + stage * g.stage_bytes, g.span, t - kProducerThreads,
+                      kConsumerThreads * kConsumerWarpgroups);
+      hopper::FenceProxyAsyncShared();
+      hopper::NamedBarrier(kRoundedBarrier, kConsumerThreads * kConsumerWarpgroups);
+      const uint32_t stage_address = smem_address + stage * g.stage_bytes;
+      const uint64_t a_descriptor = hopper::MatrixDescriptor(
+          stage_address + 2 * g.span * kCoreRowBytes, kKHalfBytes, kCoreMatrixBytes);
+      const uint64_t b_descriptor = hopper::MatrixDescriptor(
+          stage_address + consumer * kWarpgroupPixels * kCoreRowBytes, g.span * kCoreRowBytes,
+          kCoreMatrixBytes);
+      hopper::WgmmaFence();
+#pragma unroll(kKernel > 0 ? kKernel : 1)
+      for (int kh = 0; kh < kernel_size; ++kh) {
+#pragma unroll(kKernel > 0 ? kKernel : 1)
+        for (int kw = 0; kw < kernel_size; ++kw) {
+          const int tap = kh * kernel_size + kw;
+          const int shift = (kernel_size - 1 - kh) * g.padded_width + (kernel_size - 1 - kw);
+          // Descriptor addresses count 16-byte units from bit 0.
+          hopper::WgmmaTf32M64N256K8(acc, a_descriptor + tap * (kTapWeightBytes >> 4),
+                                     b_descriptor + shift, chunk > 0 || tap > 0);
+        }
+      }
+      hopper::WgmmaCommit();
+      hopper::WgmmaWait<1>();  // the previous chunk's wgmmas are done with its stage
+      if (chunk > 0 && lane == 0) hopper::MbarrierArrive(&empty[previous_stage]);
+      previous_stage = stage;
+    }
+    hopper::WgmmaWait<0>();
+    if (lane == 0) hopper::MbarrierArrive(&empty[previous_stage]);
+
+    // ---- epilogue ----
+    // This warpgroup's group slots are zero: the previous tile's flush is done.
+    hopper::NamedBarrier(1 + consumer, kConsumerThreads);
+    const int warp_channel = co_tile * kBlockChannels + 16 * warp_in_group;
+    const int rows = min(kStagingRows, g.out_channels - warp_channel);
+    const float lane_bias =
+        bias != nullptr && warp_channel + lane % 16 < g.out_channels ? bias[warp_channel + lane % 16]
+                                                                     : 0.0f;
+    const int first_group = stats ? co_tile * kBlockChannels / g.channels_per_group : 0;
+    float* sample_output = output + (sample * g.out_channels + warp_channel) * out_plane;
+    int q = q_tile * kTilePixels + consumer * kWarpgroupPixels + lane;
+    int y = q / g.padded_width;
+    int x = q - y * g.padded_width;
+    // Lane l's running total, over the tile's blocks, of row l's sum (l < 16)
+    // or row l - 16's sum of squares (l >= 16), kept pixels only.
+    float lane_total = 0.0f;
+    // One copy of the block's code, not eight: with the block loop unrolled
+    // the epilogue was ~150 KB of instructions and its warps stalled on
+    // instruction fetch for half of their time (ncu). Only the staging of
+    // a block's 16 accumulators is specialised per block (their indices
+    // must be compile-time constants).
+#pragma unroll 1
+    for (int block = 0; block < kWarpgroupPixels / 32; ++block) {
+      switch (block) {
+        case 0: StageBlock<0>(acc, staging, lane); break;
+        case 1: StageBlock<1>(acc, staging, lane); break;
+        case 2: StageBlock<2>(acc, staging, lane); break;
+        case 3: StageBlock<3>(acc, staging, lane); break;
+        case 4: StageBlock<4>(acc, staging, lane); break;
+        case 5: StageBlock<5>(acc, staging, lane); break;
+        case 6: StageBlock<6>(acc, staging, lane); break;
+        default: StageBlock<7>(acc, staging, lane); break;
+      }
+      __syncwarp();
+      const bool keep = y < g.out_height && x < g.out_width;
+      float* out = sample_output + static_cast<int64_t>(y) * g.out_width + x;
+      // The 16 rows in straight-line code, no branch between them, so that
+      // their loads and GELUs overlap (a row loop with the statistics'
+      // flushes inside ran one row at a time: latency-bound, ncu).
+      float kept[2 * kStagingRows];
+#pragma unroll
+      for (int r = 0; r < kStagingRows; ++r) {
+        const float value = GeluErfShort(staging[r * kStagingPitch + lane] +
+                                         __shfl_sync(0xffffffffu, lane_bias, r));
+        const bool stored = keep && r < rows;
+        if (stored) out[r * out_plane] = value;
+        kept[r] = stored ? value : 0.0f;
+        kept[kStagingRows + r] = kept[r] * kept[r];
+      }
+      __syncwarp();  // the next block overwrites the staging rows
+      if (stats) {
+        // Lane l gets the block's total of kept[l] over the 32 pixels (31
+        // shuffles).
+        ReduceScatterStep<16>(kept, lane);
+        ReduceScatterStep<8>(kept, lane);
+        ReduceScatterStep<4>(kept, lane);
+        ReduceScatterStep<2>(kept, lane);
+        ReduceScatterStep<1>(kept, lane);
+        lane_total += kept[0];
+      }
+      x += 32;
+      while (x >= g.padded_width) {
+        x -= g.padded_width;
+        ++y;
+      }
+    }
+    if (stats && lane % kStagingRows < rows) {
+      const int row_group = (warp_channel + lane % kStagingRows) / g.channels_per_group;
+      atomicAdd(slots + 2 * (row_group - first_group) + lane / kStagingRows,
+                static_cast<double>(lane_total));
+    }
+    if (stats) {
+      hopper::NamedBarrier(1 + consumer, kConsumerThreads);  // every warp's sums are in the slots
+      const int channel_end = min((co_tile + 1) * kBlockChannels, g.out_channels);
+      const int groups = (channel_end - 1) / g.channels_per_group - first_group + 1;
+      if (consumer_thread < 2 * groups) {
+        atomicAdd(group_sums + 2 * (sample * g.num_groups + first_group) + consumer_thread,
+                  slots[consumer_thread]);
+        slots[consumer_thread] = 0;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Supports(const ConvTranspose2dParams& params, MathMode mode) {
+  return mode == MathMode::kTf32 && params.stride == 1 && params.output_padding == 0 &&
+         SharedMemoryBytes(params, kMinStages) <= kSharedMemoryLimitBytes;
+}
+
+absl::StatusOr<bool> AvailableOnCurrentDevice() {
+  if (const char* disabled = std::getenv("FUSESERVE_DISABLE_WGMMA");
+      disabled != nullptr && std::string_view(disabled) == "1") {
+    return false;
+  }
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  int major = 0;
+  int minor = 0;
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) return false;
+  // The sm_90a code of this binary, not a PTX or sm_80 fallback (whose
+  // kernel bodies are empty: hopper.cuh).
+  cudaFuncAttributes attributes{};
+  RETURN_IF_CUDA_ERROR(cudaFuncGetAttributes(&attributes, ConvTransposeWgmmaTf32<3>));
+  return attributes.binaryVersion == 90;
+}
+
+int64_t PreparedWeightSize(const ConvTranspose2dParams& params) {
+  return RoundUp(params.out_channels, kBlockChannels) * NumChunks(params) * kChunkChannels *
+         params.kernel_size * params.kernel_size;
+}
+
+int64_t WeightIndex(const ConvTranspose2dParams& params, int64_t ci, int64_t co, int64_t tap) {
+  const int64_t taps = params.kernel_size * params.kernel_size;
+  const int64_t block = (co / kBlockChannels * NumChunks(params) + ci / kChunkChannels) * taps + tap;
+  const int64_t k_half = ci % kChunkChannels / 4;
+  return ((block * 2 + k_half) * kBlockChannels + co % kBlockChannels) * 4 + ci % 4;
+}
+
+int64_t SharedMemoryBytes(const ConvTranspose2dParams& params, int stages) {
+  return stages * StageBytes(params) + kStagingBytes + kGroupSlotBytes + kBarrierBytes;
+}
+
+absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
+                    const float* prepared_weight, const float* bias, float* output,
+                    int64_t num_groups, double* group_sums, cudaStream_t stream) {
+  int device = 0;
+  RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
+  int shared_limit = 0;
+  RETURN_IF_CUDA_ERROR(
+      cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int multiprocessors = 0;
+  RETURN_IF_CUDA_ERROR(
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  int stages = kMaxStages;
+  while (stages >= kMinStages && SharedMemoryBytes(params, stages) > shared_limit) --stages;
+  if (stages < kMinStages) {
+    return absl::FailedPreconditionError(
+        "ConvTranspose2d wgmma kernel: its shared memory does not fit this device");
+  }
+
+  const int64_t out_height = OutHeight(params);
+  const int64_t out_width = OutWidth(params);
+  Geometry g;
+  g.in_channels = static_cast<int>(params.in_channels);
+  g.out_channels = static_cast<int>(params.out_channels);
+  g.in_height = static_cast<int>(params.in_height);
+  g.in_width = static_cast<int>(params.in_width);
+  g.out_height = static_cast<int>(out_height);
+  g.out_width = static_cast<int>(out_width);
+  g.padded_width = static_cast<int>(out_width + params.kernel_size - 1);
+  g.halo = static_cast<int>(params.kernel_size - 1 - params.padding);
+  g.kernel_size = static_cast<int>(params.kernel_size);
+  g.num_chunks = static_cast<int>(NumChunks(params));
+  g.co_tiles = static_cast<int>(RoundUp(params.out_channels, kBlockChannels) / kBlockChannels);
+  g.q_tiles = static_cast<int>(RoundUp(out_height * g.padded_width, kTilePixels) / kTilePixels);
+  g.num_tiles = params.batch * g.co_tiles * g.q_tiles;
+  g.span = static_cast<int>(TileSpan(params));
+  g.step_rows = kProducerStep / g.padded_width;
+  g.step_columns = kProducerStep % g.padded_width;
+  g.stage_bytes = static_cast<int>(StageBytes(params));
+  g.stages = stages;
+  g.num_groups = group_sums != nullptr ? static_cast<int>(num_groups) : 0;
+  g.channels_per_group =
+      group_sums != nullptr ? static_cast<int>(params.out_channels / num_groups) : 0;
+
+  const int dynamic_bytes = static_cast<int>(SharedMemoryBytes(params, stages));
+  auto* kernel = params.kernel_size == 3 ? ConvTransposeWgmmaTf32<3> : ConvTransposeWgmmaTf32<0>;
+  RETURN_IF_CUDA_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_bytes));
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<int64_t>(g.num_tiles, static_cast<int64_t>(multiprocessors)));
+  kernel<<<blocks, kThreads, dynamic_bytes, stream>>>(g, input, prepared_weight, bias, output,
+                                                      group_sums);
+  RETURN_IF_CUDA_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace fuseserve::cuda::conv_wgmma
