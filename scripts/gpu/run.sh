@@ -9,6 +9,7 @@
 #   scripts/gpu/run.sh server    # runtime + reliability + the Python suites (no kernel tests)
 #   scripts/gpu/run.sh bench     # kernel benchmark
 #   scripts/gpu/run.sh kernels   # GPU unit tests + sanitizers + kernel benchmark
+#   scripts/gpu/run.sh kernel_tests  # GPU unit tests + sanitizers only
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/unpack_package.sh
@@ -84,6 +85,9 @@ kernel_bench() {
 
 nvidia-smi -L
 case "${1:-tests}" in
+  kernel_tests)
+    kernel_tests
+    ;;
   tests)
     kernel_tests
     e2e_tests
