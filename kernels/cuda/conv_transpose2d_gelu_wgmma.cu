@@ -210,6 +210,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                            const float* __restrict__ weight, const float* __restrict__ bias,
                            float* __restrict__ output, double* __restrict__ group_sums) {
   extern __shared__ __align__(128) unsigned char smem[];
+#if !FUSESERVE_HOPPER_DEVICE
+  // Built for a target without wgmma (the helpers compile to nothing there):
+  // fail loudly rather than leave the output unwritten. The host never
+  // launches this code (AvailableOnCurrentDevice).
+  __trap();
+#endif
   const int t = static_cast<int>(threadIdx.x);
   const int warp = t / 32;
   const int lane = t % 32;
@@ -496,6 +502,9 @@ bool Supports(const ConvTranspose2dParams& params, MathMode mode) {
 }
 
 absl::StatusOr<bool> AvailableOnCurrentDevice() {
+#if !defined(FUSESERVE_BUILD_HAS_SM90A)
+  return false;  // no sm_90a code in this build (FUSESERVE_CUDA_ARCHITECTURES)
+#endif
   if (const char* disabled = std::getenv("FUSESERVE_DISABLE_WGMMA");
       disabled != nullptr && std::string_view(disabled) == "1") {
     return false;
@@ -507,8 +516,8 @@ absl::StatusOr<bool> AvailableOnCurrentDevice() {
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major != 9 || minor != 0) return false;
-  // The sm_90a code of this binary, not a PTX or sm_80 fallback (whose
-  // kernel bodies are empty: hopper.cuh).
+  // The sm_90a code of this binary, not a PTX or sm_80 fallback (which
+  // trap: the kernel's body needs sm_90a).
   cudaFuncAttributes attributes{};
   RETURN_IF_CUDA_ERROR(cudaFuncGetAttributes(&attributes, ConvTransposeWgmmaTf32<3>));
   return attributes.binaryVersion == 90;

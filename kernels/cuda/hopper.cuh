@@ -5,8 +5,8 @@
 // register reallocation between warpgroups, shared-memory matrix
 // descriptors and the TF32 wgmma m64n256k8 instruction. Every function
 // compiles to its instruction only for sm_90a (FUSESERVE_HOPPER_DEVICE);
-// other targets get an empty body, and launchers must not run kernels that
-// use them there (see conv_wgmma::AvailableOnCurrentDevice).
+// other targets get an empty body, so kernels that use them trap there and
+// launchers must not run them (see conv_wgmma::AvailableOnCurrentDevice).
 
 #include <cuda_runtime.h>
 
