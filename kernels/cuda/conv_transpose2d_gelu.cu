@@ -595,12 +595,12 @@ absl::Status ValidateConvTranspose2dParams(const ConvTranspose2dParams& p) {
 
 namespace {
 
-// Whether the prepared weight carries the tiled kernel's layout too: every
-// stride-1 kTf32 weight does, whatever the spatial sizes, because the
-// weight is prepared once at load and serves inputs of any size, while
-// conv_tiled::Supports also depends on the input width (and the launch on
-// the device's shared memory).
-bool HasTiledLayout(const ConvTranspose2dParams& params, MathMode mode) {
+// Whether the prepared weight carries the tiled and wgmma kernels' layouts
+// too: every stride-1 kTf32 weight does, whatever the spatial sizes and the
+// device, because the weight is prepared once at load and serves inputs of
+// any size, while conv_tiled::Supports and conv_wgmma::Supports also depend
+// on the input width (and the launch on the device).
+bool HasTensorCoreLayouts(const ConvTranspose2dParams& params, MathMode mode) {
   return mode == MathMode::kTf32 && params.stride == 1;
 }
 
@@ -609,7 +609,7 @@ bool HasTiledLayout(const ConvTranspose2dParams& params, MathMode mode) {
 int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, MathMode mode) {
   if (!ValidateConvTranspose2dParams(params).ok()) return 0;
   return PaddedK(params) * PaddedN(params) +
-         (HasTiledLayout(params, mode)
+         (HasTensorCoreLayouts(params, mode)
               ? conv_tiled::PreparedWeightSize(params) + conv_wgmma::PreparedWeightSize(params)
               : 0);
 }
@@ -619,7 +619,7 @@ int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, Mat
 // C_out are zero (so that whole tiles load without bounds checks). kTf32
 // rounds every value to TF32 here (the kernel then uses B as loaded); kFp32
 // keeps float32 values, which the kernel splits into TF32 pairs. For
-// stride-1 kTf32 (HasTiledLayout), the tiled kernel's layout
+// stride-1 kTf32 (HasTensorCoreLayouts), the tiled kernel's layout
 // (conv_tiled::WeightIndex, TF32-rounded) follows at offset K_pad * N_pad,
 // a multiple of 64 * 64 floats, so 16-byte aligned like the buffer, and the
 // wgmma kernel's (conv_wgmma::WeightIndex) after it, at a further multiple
@@ -633,7 +633,7 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
   const int64_t k = params.kernel_size;
   const int64_t padded_n = PaddedN(params);
   const int64_t general_size = PaddedK(params) * padded_n;
-  const bool tiled = HasTiledLayout(params, mode);
+  const bool tiled = HasTensorCoreLayouts(params, mode);  // and wgmma
   float* tiled_prepared = prepared + general_size;
   float* wgmma_prepared = tiled ? tiled_prepared + conv_tiled::PreparedWeightSize(params) : nullptr;
   const int64_t size = PreparedConvTransposeWeightSize(params, mode);
@@ -684,7 +684,7 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
   const bool automatic = kernel == ConvTransposeKernel::kAuto;
   const float* tiled_weight = prepared_weight + PaddedK(params) * PaddedN(params);
   if (automatic || kernel == ConvTransposeKernel::kWgmma) {
-    bool serves = HasTiledLayout(params, mode) && conv_wgmma::Supports(params, mode);
+    bool serves = HasTensorCoreLayouts(params, mode) && conv_wgmma::Supports(params, mode);
     if (serves) {
       ASSIGN_OR_RETURN(serves, conv_wgmma::AvailableOnCurrentDevice());
     }
@@ -700,7 +700,7 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
   }
   if (automatic || kernel == ConvTransposeKernel::kTiled) {
     int stages = 0;
-    if (HasTiledLayout(params, mode) && conv_tiled::Supports(params, mode)) {
+    if (HasTensorCoreLayouts(params, mode) && conv_tiled::Supports(params, mode)) {
       ASSIGN_OR_RETURN(stages, conv_tiled::StagesOnCurrentDevice(params));
     }
     if (stages > 0) {
