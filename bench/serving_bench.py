@@ -295,6 +295,8 @@ def level_summary(report, concurrency):
                  "failed": level["requests"]["failed"],
                  "lost": level["requests"]["lost"],
                  "avg_batch_size": server["avg_batch_size"],
+                 "executions": server["executions"],
+                 "inferences": server["inferences"],
                  "server_statistics": server["available"]}
       if server["available"]:
         # The server's own window per request (decoded -> answered: gRPC's

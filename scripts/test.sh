@@ -66,9 +66,10 @@ total_passed=0
 total_failed=0
 total_skipped=0
 
-# record STAGE PASSED FAILED SKIPPED NOTE
+# record STAGE PASSED FAILED SKIPPED NOTE [FAILED TEST NAMES]
 record() {
   STAGE_LINE[$1]=$(printf '%-10s %d passed, %d failed, %d skipped%s' "$1" "$2" "$3" "$4" "$5")
+  if [ -n "${6:-}" ]; then STAGE_LINE[$1]+=" [failed: $6]"; fi
   total_passed=$((total_passed + $2))
   total_failed=$((total_failed + $3))
   total_skipped=$((total_skipped + $4))
@@ -79,8 +80,9 @@ stage_failed() {
   record "$1" 0 1 0 " ($2 failed)"
 }
 
-# run_ctest BUILD_DIR [CTEST ARGS...]: runs ctest, sets PASSED FAILED SKIPPED
-# and CTEST_STATUS.
+# run_ctest BUILD_DIR [CTEST ARGS...]: runs ctest, sets PASSED FAILED SKIPPED,
+# CTEST_STATUS and FAILED_NAMES (the failed tests' names, space-separated,
+# repeated in the summary so that the end of a long log says what failed).
 run_ctest() {
   local dir=$1 log
   shift
@@ -91,6 +93,8 @@ run_ctest() {
   local total failed
   total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
   failed=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
+  FAILED_NAMES=$(sed -n '/The following tests FAILED:/,$s/^[[:space:]]*[0-9]* - \([^ ]*\) .*/\1/p' "$log" |
+                 tr '\n' ' ' | sed 's/ $//')
   rm -f "$log"
   FAILED=${failed:-0}
   PASSED=$(( ${total:-0} - FAILED - SKIPPED ))
@@ -139,7 +143,7 @@ record_sanitized() {
   done
   if [ "$reports" -gt 0 ] && [ "$FAILED" -eq 0 ]; then FAILED=1; fi
   if [ -n "$BUILD_NOTE" ]; then FAILED=$((FAILED + 1)); fi
-  record "$1" "$PASSED" "$FAILED" "$SKIPPED" ", $reports sanitizer reports$BUILD_NOTE"
+  record "$1" "$PASSED" "$FAILED" "$SKIPPED" ", $reports sanitizer reports$BUILD_NOTE" "$FAILED_NAMES"
 }
 
 stage_normal() {
@@ -150,7 +154,7 @@ stage_normal() {
   fi
   run_ctest "$BUILD_DIR"
   echo "GPU tests skip without a CUDA device."
-  record normal "$PASSED" "$FAILED" "$SKIPPED" ""
+  record normal "$PASSED" "$FAILED" "$SKIPPED" "" "$FAILED_NAMES"
 }
 
 stage_asan() {
