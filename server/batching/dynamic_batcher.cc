@@ -127,6 +127,7 @@ class DynamicBatcher::Impl {
   ~Impl() { Shutdown(clock_->Now()); }
 
   void Enqueue(std::unique_ptr<InferenceRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
   void Shutdown(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_, join_mu_);
 
   bool healthy() const {
@@ -244,6 +245,8 @@ class DynamicBatcher::Impl {
   int64_t serving_instances_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Draining: batches are dispatched without waiting for fuller ones.
+  bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   // While stopping: requests still queued at this time are answered UNAVAILABLE.
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   // The reaper sleeps until `reaper_wake_` (the earliest deadline it knows
@@ -360,9 +363,9 @@ absl::Time DynamicBatcher::Impl::FormBatchLocked(absl::Time now, Batch* batch,
         candidates.front()->request->timestamps.enqueued + options_.max_queue_delay;
     if (preferred_count > 0) {
       take = preferred_count;
-    } else if (full || stopping_ || options_.max_queue_delay <= absl::ZeroDuration() ||
-               now >= flush_at) {
-      // While stopping no request will arrive to fill the batch: run it now.
+    } else if (full || stopping_ || flushing_ ||
+               options_.max_queue_delay <= absl::ZeroDuration() || now >= flush_at) {
+      // While draining no request should wait for one that may never come.
       take = candidates.size();
     } else {
       wake = flush_at;
@@ -533,6 +536,12 @@ void DynamicBatcher::Impl::Enqueue(std::unique_ptr<InferenceRequest> request) {
   entry.request->on_complete(rejection, entry.request->timestamps);
 }
 
+void DynamicBatcher::Impl::Flush() {
+  absl::MutexLock lock(&mu_);
+  flushing_ = true;
+  ++version_;
+}
+
 void DynamicBatcher::Impl::Shutdown(absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
@@ -559,6 +568,8 @@ DynamicBatcher::~DynamicBatcher() = default;
 void DynamicBatcher::Enqueue(std::unique_ptr<InferenceRequest> request) {
   impl_->Enqueue(std::move(request));
 }
+
+void DynamicBatcher::Flush() { impl_->Flush(); }
 
 void DynamicBatcher::Shutdown(absl::Time deadline) { impl_->Shutdown(deadline); }
 

@@ -97,6 +97,11 @@ class DynamicBatcher {
   // on_complete and Instance::Execute are never called with the lock held.
   void Enqueue(std::unique_ptr<InferenceRequest> request);
 
+  // The first step of a drain: from now on queued requests are dispatched
+  // without waiting for fuller batches, and so are the ones that still
+  // arrive (they are accepted as before). Idempotent.
+  void Flush();
+
   // Stops accepting; queued and running requests finish until `deadline`
   // (on the batcher's clock; queued ones are dispatched without waiting for
   // fuller batches), after which those still queued are answered

@@ -8,6 +8,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/server_posix.h"
 
 namespace fuseserve {
 namespace {
@@ -33,9 +34,25 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   builder.SetMaxSendMessageSize(INT_MAX);
   const std::string endpoint = absl::StrCat(options.address, ":", options.port);
-  builder.AddListeningPort(endpoint, ServerCredentials(options.tls), &server->port_);
+  if (options.tls.has_value()) {
+    builder.AddListeningPort(endpoint, ServerCredentials(options.tls), &server->port_);
+  } else {
+    absl::StatusOr<std::unique_ptr<TcpListener>> listener =
+        TcpListener::Listen(options.address, options.port);
+    if (!listener.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve gRPC on ", endpoint, ": ", listener.status().message()));
+    }
+    server->listener_ = *std::move(listener);
+    server->port_ = server->listener_->port();
+  }
   builder.RegisterService(service);
   server->server_ = builder.BuildAndStart();
+  if (server->server_ != nullptr && server->listener_ != nullptr) {
+    grpc::Server* grpc_server = server->server_.get();
+    server->listener_->Start(
+        [grpc_server](int fd) { grpc::AddInsecureChannelFromFd(grpc_server, fd); });
+  }
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot serve gRPC on ", endpoint,
@@ -59,6 +76,7 @@ void GrpcServer::SetServing(bool serving) {
 void GrpcServer::Shutdown(absl::Time deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
+  if (listener_ != nullptr) listener_->StopAccepting(kHandshakeSettle);
   server_->Shutdown(absl::ToChronoTime(deadline));
   server_->Wait();
 }

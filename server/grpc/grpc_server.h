@@ -6,6 +6,11 @@
 // requests up to the configured limit (--max-request-bytes, INT32_MAX by
 // default), beyond which gRPC answers RESOURCE_EXHAUSTED without handing the
 // message to the service.
+//
+// In plaintext the port is fuseserve's own TcpListener, each connection handed
+// to gRPC, so that Shutdown refuses new connections at connect time (which a
+// load balancer retries elsewhere) and serves every one already accepted; over
+// TLS it is gRPC's own listener (tcp_listener.h says why that difference).
 
 #include <climits>
 #include <memory>
@@ -16,6 +21,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/grpc/inference_service.h"
+#include "server/grpc/tcp_listener.h"
 
 namespace fuseserve {
 
@@ -51,13 +57,21 @@ class GrpcServer {
   // "inference.GRPCInferenceService": SERVING iff `serving` (readiness).
   void SetServing(bool serving);
 
-  // Stops accepting RPCs, lets those in flight finish until `deadline`, then
-  // cancels the rest. Idempotent.
+  // Stops taking connections (plaintext: TcpListener::StopAccepting, giving
+  // handshakes under way kHandshakeSettle), sends every connection a graceful
+  // GOAWAY (streams the client started before it saw it are still served),
+  // lets the RPCs in flight finish until `deadline`, then cancels the rest.
+  // Idempotent.
   void Shutdown(absl::Time deadline);
+
+  // One round trip of even a distant client: a handshake under way when the
+  // listener stops completes within it.
+  static constexpr absl::Duration kHandshakeSettle = absl::Milliseconds(200);
 
  private:
   GrpcServer() = default;
 
+  std::unique_ptr<TcpListener> listener_;  // null over TLS
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

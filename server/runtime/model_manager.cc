@@ -386,6 +386,12 @@ void ModelManager::RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const {
   }
 }
 
+void ModelManager::FlushQueues() {
+  for (const ModelVersionRecord* record : All()) {
+    if (record->loaded()) record->batcher().Flush();
+  }
+}
+
 void ModelManager::Shutdown(absl::Time deadline) {
   shutting_down_.store(true);
   for (const ModelVersionRecord* record : All()) {

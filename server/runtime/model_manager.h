@@ -109,6 +109,11 @@ class ModelManager {
   // Sets nv_gpu_memory_{used,total}_bytes for every CUDA device.
   void RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const;
 
+  // The drain's first step: every loaded model's queued requests run without
+  // waiting for fuller batches, and new ones are still accepted
+  // (DynamicBatcher::Flush).
+  void FlushQueues();
+
   // Readiness goes false, batchers stop accepting and drain until `deadline`.
   void Shutdown(absl::Time deadline);
   bool shutting_down() const;

@@ -12,26 +12,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace fuseserve {
 namespace {
 
 static_assert(sizeof(size_t) >= sizeof(uint64_t),
               "a registered range (at most an object's size) must fit in size_t");
-
-// Closes a file descriptor when it goes out of scope.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() { ::close(fd_); }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // "failed to register shared memory region '<name>': " (Triton's wording).
 std::string RegisterFailure(const std::string& name) {
@@ -87,7 +74,7 @@ absl::StatusOr<std::unique_ptr<SharedMemoryRegion>> SharedMemoryRegion::Map(std:
   }
   const int fd = ::shm_open(key.c_str(), O_RDWR, 0);
   if (fd < 0) return OpenError(name, key, errno);
-  const ScopedFd closer(fd);
+  const UniqueFd closer(fd);
   struct stat status;
   if (::fstat(fd, &status) != 0) {
     return absl::InternalError(

@@ -268,15 +268,12 @@ class NginxBalancingTest(TwoReplicasBehindNginx):
     self.assert_clean_run(bench.report(BENCH_TIMEOUT_S))
 
 
-@unittest.skipUnless(os.environ.get("FUSESERVE_RUN_KNOWN_GAPS") == "1",
-                     "known gap (issue 7): fails while the server accepts connections during "
-                     "its drain; set FUSESERVE_RUN_KNOWN_GAPS=1 to run it")
 class NginxSigtermDrainTest(TwoReplicasBehindNginx):
   """SIGTERM reaches a replica while nginx still sends it requests: nginx
   retries a request elsewhere only when its connect fails (gRPC request
   bodies are streamed, so nothing already sent is ever retried), so the
   draining replica must refuse new work at connect time and answer every
-  request it accepted."""
+  request it accepted (server/grpc/tcp_listener.h: the drain)."""
 
   def test_sigterm_of_a_replica_drains_without_failed_requests(self):
     draining, survivor = self.replicas

@@ -540,6 +540,26 @@ TEST_F(DynamicBatcherTest, ShutdownDrainsQueuedRequestsWithoutWaitingForFullerBa
   EXPECT_EQ(clock_.Now(), start);
 }
 
+TEST_F(DynamicBatcherTest, FlushRunsQueuedAndLaterRequestsWithoutTheQueueDelayAndKeepsAccepting) {
+  const absl::Time start = clock_.Now();
+  Start(Batching(4, absl::Seconds(1)));
+  Outcome& a = Enqueue("a", {1, 3});
+  // The leader waits for a fuller batch until the queue delay passes...
+  ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(start + absl::Seconds(1)));
+  EXPECT_EQ(batcher_->queued(), 1);
+  // ...until the drain begins: it runs at once, on the same clock reading.
+  batcher_->Flush();
+  ASSERT_TRUE(a.WaitForAnswer());
+  EXPECT_TRUE(a.status.ok()) << a.status;
+  // A request arriving afterwards is accepted and does not wait either.
+  Outcome& late = Enqueue("late", {1, 3});
+  ASSERT_TRUE(late.WaitForAnswer());
+  EXPECT_TRUE(late.status.ok()) << late.status;
+  batcher_->Flush();  // idempotent
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"a"}, Ids{"late"}));
+  EXPECT_EQ(clock_.Now(), start);
+}
+
 TEST_F(DynamicBatcherTest, ShutdownAnswersRequestsStillQueuedAtItsDeadline) {
   const absl::Time start = clock_.Now();
   Start(Batching(4, absl::ZeroDuration()));
