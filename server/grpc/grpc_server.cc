@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "grpc/grpc.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -33,6 +34,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(options.max_request_bytes);
   builder.SetMaxSendMessageSize(INT_MAX);
+  // gRPC's own listener (TLS) would set SO_REUSEPORT: a second server on the
+  // same port would then bind too and take half the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   const std::string endpoint = absl::StrCat(options.address, ":", options.port);
   if (options.tls.has_value()) {
     builder.AddListeningPort(endpoint, ServerCredentials(options.tls), &server->port_);
@@ -40,8 +44,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     absl::StatusOr<std::unique_ptr<TcpListener>> listener =
         TcpListener::Listen(options.address, options.port);
     if (!listener.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot serve gRPC on ", endpoint, ": ", listener.status().message()));
+      // The listener's message names the address.
+      return absl::Status(listener.status().code(),
+                          absl::StrCat("cannot serve gRPC: ", listener.status().message()));
     }
     server->listener_ = *std::move(listener);
     server->port_ = server->listener_->port();

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
@@ -80,7 +79,10 @@ absl::Status DropNewConnections(int socket) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueFd> BindOne(const addrinfo& info, int port, const std::string& label) {
+// `bind_error` receives bind's errno when that is what failed (0 otherwise).
+absl::StatusOr<UniqueFd> BindOne(const addrinfo& info, int port, const std::string& label,
+                                 int* bind_error) {
+  *bind_error = 0;
   UniqueFd socket(::socket(info.ai_family, info.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                            info.ai_protocol));
   if (!socket.valid()) {
@@ -98,6 +100,7 @@ absl::StatusOr<UniqueFd> BindOne(const addrinfo& info, int port, const std::stri
   std::memcpy(&address, info.ai_addr, info.ai_addrlen);
   SetPort(reinterpret_cast<sockaddr*>(&address), port);
   if (::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), info.ai_addrlen) != 0) {
+    *bind_error = errno;
     return absl::UnavailableError(absl::StrCat("cannot bind ", label, ": ", ErrnoText(errno)));
   }
   if (::listen(socket.get(), kBacklog) != 0) {
@@ -131,10 +134,11 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::stri
   std::vector<UniqueFd> sockets;
   int bound_port = port;
   for (const addrinfo* info = found; info != nullptr; info = info->ai_next) {
-    absl::StatusOr<UniqueFd> socket = BindOne(*info, bound_port, label);
+    int bind_error = 0;
+    absl::StatusOr<UniqueFd> socket = BindOne(*info, bound_port, label, &bind_error);
     if (!socket.ok()) {
-      // A dual-stack "::" already holds the IPv4 port that "0.0.0.0" names.
-      if (!sockets.empty() && absl::StrContains(socket.status().message(), "in use")) continue;
+      // A dual-stack "::" bound first already holds the IPv4 port as well.
+      if (!sockets.empty() && bind_error == EADDRINUSE) continue;
       return socket.status();
     }
     if (bound_port == 0) bound_port = BoundPort(socket->get());

@@ -424,6 +424,23 @@ TEST(ServerE2eCommandLineTest, RefusesRequestsAboveMaxRequestBytesAndKeepsServin
   std::filesystem::remove_all(repository);
 }
 
+// Two servers never share a gRPC port (gRPC's own listener would have set
+// SO_REUSEPORT and split the connections between them): the second one
+// stops, naming the address.
+TEST(ServerE2eCommandLineTest, GrpcPortInUseStopsTheSecondServerNamingTheAddress) {
+  const std::string repository = MakeRepository();
+  auto first = ServerProcess::Start(ServerBinary(), repository);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string port = std::to_string((*first)->grpc_port());
+  auto second = ServerProcess::Start(ServerBinary(), repository,
+                                     {"--grpc-address=127.0.0.1", "--grpc-port=" + port},
+                                     absl::Seconds(30));
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("cannot serve gRPC: cannot bind 127.0.0.1:" + port));
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use"));
+}
+
 TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
   auto server = ServerProcess::Start(ServerBinary(), "/nonexistent/repository", {},
                                      absl::Seconds(20));
