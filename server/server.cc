@@ -125,15 +125,16 @@ void Server::Shutdown() {
   grpc_->SetServing(false);
   // The drain, in an order that loses no request a client or a load balancer
   // could not retry elsewhere:
-  // 1. queued requests run without waiting for fuller batches; the models
-  //    still accept (answering UNAVAILABLE here would fail requests that
-  //    nginx had already sent and cannot resend);
+  // 1. readiness goes false (the HTTP probe too) and queued requests run
+  //    without waiting for fuller batches; the models still accept
+  //    (answering UNAVAILABLE here would fail requests that nginx had
+  //    already sent and cannot resend);
   // 2. gRPC refuses new connections at connect time (retried elsewhere),
   //    serves those already accepted, sends a graceful GOAWAY and waits for
   //    the RPCs in flight until `deadline`;
   // 3. the models stop; what is left (only past the deadline) is answered
   //    UNAVAILABLE.
-  models_->FlushQueues();
+  models_->BeginDrain();
   grpc_->Shutdown(deadline);
   models_->Shutdown(deadline);
   if (shared_memory_ != nullptr) shared_memory_->Unregister("");

@@ -372,7 +372,7 @@ std::vector<const ModelVersionRecord*> ModelManager::All() const {
 }
 
 bool ModelManager::Ready(bool strict) const {
-  if (shutting_down_.load()) return false;
+  if (draining_.load() || shutting_down_.load()) return false;
   for (const ModelVersionRecord* record : All()) {
     if (record->loaded() ? !record->ready() : strict) return false;
   }
@@ -386,7 +386,8 @@ void ModelManager::RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const {
   }
 }
 
-void ModelManager::FlushQueues() {
+void ModelManager::BeginDrain() {
+  draining_.store(true);
   for (const ModelVersionRecord* record : All()) {
     if (record->loaded()) record->batcher().Flush();
   }

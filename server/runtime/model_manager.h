@@ -109,10 +109,11 @@ class ModelManager {
   // Sets nv_gpu_memory_{used,total}_bytes for every CUDA device.
   void RefreshGpuMemoryMetrics(MetricsRegistry& metrics) const;
 
-  // The drain's first step: every loaded model's queued requests run without
-  // waiting for fuller batches, and new ones are still accepted
-  // (DynamicBatcher::Flush).
-  void FlushQueues();
+  // The drain's first step: the server's readiness (Ready) goes false, and
+  // every loaded model's queued requests run without waiting for fuller
+  // batches (DynamicBatcher::Flush). The models still accept requests and
+  // report themselves ready until Shutdown.
+  void BeginDrain();
 
   // Readiness goes false, batchers stop accepting and drain until `deadline`.
   void Shutdown(absl::Time deadline);
@@ -127,6 +128,7 @@ class ModelManager {
 
   // name -> version -> record. Written only during Load, read-only after.
   std::map<std::string, std::map<int64_t, std::unique_ptr<ModelVersionRecord>>> models_;
+  std::atomic<bool> draining_{false};  // BeginDrain: not ready, still serving
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -433,6 +433,27 @@ TEST_F(ModelManagerTest, ShutdownMakesEverythingNotReady) {
   EXPECT_TRUE(manager_->Find(kGroupNormModel, "").ok()) << "records stay listed";
 }
 
+TEST_F(ModelManagerTest, BeginDrainMakesTheServerNotReadyWhileItsModelsStillServe) {
+  AddVersionedModels();
+  fs::remove_all(fs::path(root_) / "newer_broken");
+  Load();
+  ASSERT_TRUE(manager_->Ready(/*strict=*/false));
+
+  manager_->BeginDrain();
+
+  // Probes and load balancers see the server leave...
+  EXPECT_FALSE(manager_->Ready(/*strict=*/false));
+  EXPECT_FALSE(manager_->Ready(/*strict=*/true));
+  EXPECT_FALSE(manager_->shutting_down());
+  // ...while what still reaches it is served, not refused.
+  absl::StatusOr<const ModelVersionRecord*> record = manager_->FindReady("two_versions", "");
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_TRUE((*record)->ready());
+  const InferResult result = Infer(**record, std::vector<float>(1 * 8 * 2 * 3, 3.0f));
+  ASSERT_TRUE(result.answered);
+  EXPECT_TRUE(result.status.ok()) << result.status;
+}
+
 TEST_F(ModelManagerTest, LoadFailsWhenTheRepositoryDoesNotExist) {
   ModelManagerOptions options;
   options.repository = (fs::path(root_) / "absent").string();
