@@ -37,6 +37,44 @@ def resident_bytes(pid):
   raise RuntimeError("no VmRSS for pid %d" % pid)
 
 
+def resident_split(pid):
+  """The resident set by kind (/proc/PID/status RssAnon, RssFile, RssShmem), in bytes:
+  heap and anonymous mappings, mapped files (libraries, and the driver's page-locked
+  mappings of /dev/nvidia*), shared memory."""
+  split = {}
+  with open("/proc/%d/status" % pid) as f:
+    for line in f:
+      for key in ("RssAnon", "RssFile", "RssShmem"):
+        if line.startswith(key + ":"):
+          split[key] = int(line.split()[1]) * 1024
+  return split
+
+
+def resident_by_mapping(pid):
+  """Rss per mapping (/proc/PID/smaps), keyed by the mapped path, '[heap]', '[stack]',
+  or '[anon]' for anonymous mappings (malloc's large blocks and arenas among them)."""
+  by_name, name = {}, None
+  with open("/proc/%d/smaps" % pid) as f:
+    for line in f:
+      fields = line.split()
+      if not fields:
+        continue
+      if not fields[0].endswith(":"):  # a mapping's header line: range perms offset dev inode [path]
+        name = fields[5] if len(fields) >= 6 else "[anon]"
+      elif fields[0] == "Rss:" and name is not None:
+        by_name[name] = by_name.get(name, 0) + int(fields[1]) * 1024
+  return by_name
+
+
+def mapping_growth(before, after, top=12):
+  """The mappings whose Rss changed most between two resident_by_mapping samples."""
+  names = set(before) | set(after)
+  changes = [(name, after.get(name, 0) - before.get(name, 0), after.get(name, 0))
+             for name in names]
+  changes.sort(key=lambda c: -abs(c[1]))
+  return [{"mapping": n, "change_bytes": d, "end_bytes": e} for n, d, e in changes[:top] if d]
+
+
 def device_bytes(pid):
   """The GPU memory nvidia-smi attributes to `pid`, or None without one."""
   if shutil.which("nvidia-smi") is None:
@@ -55,11 +93,11 @@ def device_bytes(pid):
 
 def growth(samples, key, since_s):
   """(first value at or after since_s, last value, relative growth)."""
-  values = [s[key] for s in samples if s["t_s"] >= since_s and s[key] is not None]
+  values = [s[key] for s in samples if s["t_s"] >= since_s and s.get(key) is not None]
   if len(values) < 2:
     return None
   return {"after_warmup": values[0], "end": values[-1], "max": max(values),
-          "growth": (values[-1] - values[0]) / values[0]}
+          "growth": (values[-1] - values[0]) / values[0] if values[0] else None}
 
 
 def parse_args(argv):
@@ -82,7 +120,9 @@ def parse_args(argv):
   args.warmup_s = args.warmup_s if args.warmup_s is not None else (5.0 if args.quick else 60.0)
   args.sample_s = args.sample_s or (1.0 if args.quick else 10.0)
   args.logs = args.logs or os.path.splitext(args.out)[0] + ".logs"
+  # What serving_bench's repository and plan helpers read besides.
   args.repository = ""
+  args.compare_one_gpu = False
   return args
 
 
@@ -123,13 +163,21 @@ def run(args):
       for thread in benches:
         thread.start()
       samples = []
+      # Rss per mapping at the end of the warm-up and at the last sample: where
+      # any growth of the resident set lives.
+      mappings = {}
       while any(thread.is_alive() for thread in benches):
         pid = server.process.pid
-        samples.append({"t_s": round(time.monotonic() - start, 1),
-                        "rss_bytes": resident_bytes(pid), "device_bytes": device_bytes(pid)})
+        t_s = round(time.monotonic() - start, 1)
+        samples.append(dict({"t_s": t_s, "rss_bytes": resident_bytes(pid),
+                             "device_bytes": device_bytes(pid)}, **resident_split(pid)))
+        if t_s >= args.warmup_s and "after_warmup" not in mappings:
+          mappings["after_warmup"] = resident_by_mapping(pid)
+        mappings["end"] = resident_by_mapping(pid)
         last = samples[-1]
-        sb.log("  t=%5.0f s  rss %.1f MiB  device %s" % (
-            last["t_s"], last["rss_bytes"] / 2**20,
+        sb.log("  t=%5.0f s  rss %.1f MiB (anon %.1f, file %.1f, shmem %.1f)  device %s" % (
+            last["t_s"], last["rss_bytes"] / 2**20, last.get("RssAnon", 0) / 2**20,
+            last.get("RssFile", 0) / 2**20, last.get("RssShmem", 0) / 2**20,
             "n/a" if last["device_bytes"] is None else "%.1f MiB" % (last["device_bytes"] / 2**20)))
         for thread in benches:
           thread.join(timeout=args.sample_s / len(benches))
@@ -152,20 +200,32 @@ def run(args):
         level["throughput"]["inferences_per_s"], level["latency_us"]["p99"] / 1e3),
                  "failed %d, lost %d" % (failed, lost)))
   memory = {key: growth(samples, key, args.warmup_s) for key in ("rss_bytes", "device_bytes")}
+  # Where the resident set went (reported, not judged).
+  split = {key: growth(samples, key, args.warmup_s) for key in ("RssAnon", "RssFile", "RssShmem")}
+  moved = (mapping_growth(mappings["after_warmup"], mappings["end"])
+           if "after_warmup" in mappings else [])
   for key, g in memory.items():
     if g is None:
       rows.append((key, "not sampled", ""))
       continue
-    ok = ok and g["growth"] < args.max_growth
+    ok = ok and g["growth"] is not None and g["growth"] < args.max_growth
     rows.append((key, "%.1f -> %.1f MiB (max %.1f)" % (
         g["after_warmup"] / 2**20, g["end"] / 2**20, g["max"] / 2**20),
                  "growth %+.2f%% (limit %.0f%%)" % (100 * g["growth"], 100 * args.max_growth)))
+  for key, g in split.items():
+    if g is not None:
+      rows.append(("  " + key, "%.1f -> %.1f MiB" % (g["after_warmup"] / 2**20, g["end"] / 2**20),
+                   "%+.1f MiB" % ((g["end"] - g["after_warmup"]) / 2**20)))
+  for change in moved[:5]:
+    rows.append(("  mapping", change["mapping"][-58:], "%+.1f MiB (now %.1f)" % (
+        change["change_bytes"] / 2**20, change["end_bytes"] / 2**20)))
   rows.append(("server exit", "code %s on SIGTERM" % exit_code, ""))
   with open(args.out, "w") as f:
     json.dump({"settings": {"duration_s": args.duration_s, "warmup_s": args.warmup_s,
                             "sample_s": args.sample_s, "concurrency": CONCURRENCY,
                             "quick": args.quick},
-               "samples": samples, "memory": memory, "reports": reports, "exit_code": exit_code,
+               "samples": samples, "memory": memory, "resident_split": split,
+               "mapping_growth": moved, "reports": reports, "exit_code": exit_code,
                "passed": ok}, f, indent=1)
   for row in rows:
     print("%-14s %-58s %s" % row)
