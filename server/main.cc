@@ -1,9 +1,11 @@
 // fuseserve: flags -> options -> run; signal handling and drain.
 
+#include <malloc.h>
 #include <pthread.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -26,9 +28,24 @@ bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
   return std::rename(temp.c_str(), path.c_str()) == 0;
 }
 
+// glibc malloc raises its mmap threshold each time a large block is freed (up
+// to 32 MiB), after which blocks of a few MiB -- gRPC's receive slices of
+// every tensor -- come from the per-thread arenas, where freed ones stay
+// resident and fragment: the soak's resident set crept up for minutes
+// (bench/results/2026-11-22-h200-soak-v2.md). A fixed threshold (glibc's
+// initial 128 KiB) keeps large blocks in their own mappings, returned to the
+// system when freed. MALLOC_MMAP_THRESHOLD_ in the environment still wins.
+void FixMallocMmapThreshold() {
+  constexpr int kMmapThresholdBytes = 128 * 1024;
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
+    mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  FixMallocMmapThreshold();
   absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "fuseserve: " << options.status().message() << "\n";
