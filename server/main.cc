@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -42,10 +43,21 @@ void FixMallocMmapThreshold() {
   }
 }
 
+// Debian builds Abseil without NDEBUG, so every absl::Mutex::Lock runs its
+// debug-only deadlock detection: a lock-order graph behind one process-wide
+// lock, updated on every acquisition and every mutex destroyed -- a point of
+// contention between all the request threads. The server turns it off, as a
+// release build of Abseil does; the unit tests, which do not run this main,
+// keep it.
+void DisableMutexDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   FixMallocMmapThreshold();
+  DisableMutexDeadlockDetection();
   absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "fuseserve: " << options.status().message() << "\n";
