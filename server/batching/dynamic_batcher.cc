@@ -245,7 +245,8 @@ class DynamicBatcher::Impl {
   int64_t serving_instances_ ABSL_GUARDED_BY(mu_);
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // Draining: batches are dispatched without waiting for fuller ones.
+  // Draining (Flush, or Shutdown): batches are dispatched without waiting
+  // for fuller ones.
   bool flushing_ ABSL_GUARDED_BY(mu_) = false;
   // While stopping: requests still queued at this time are answered UNAVAILABLE.
   absl::Time drain_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
@@ -363,8 +364,8 @@ absl::Time DynamicBatcher::Impl::FormBatchLocked(absl::Time now, Batch* batch,
         candidates.front()->request->timestamps.enqueued + options_.max_queue_delay;
     if (preferred_count > 0) {
       take = preferred_count;
-    } else if (full || stopping_ || flushing_ ||
-               options_.max_queue_delay <= absl::ZeroDuration() || now >= flush_at) {
+    } else if (full || flushing_ || options_.max_queue_delay <= absl::ZeroDuration() ||
+               now >= flush_at) {
       // While draining no request should wait for one that may never come.
       take = candidates.size();
     } else {
@@ -547,6 +548,7 @@ void DynamicBatcher::Impl::Shutdown(absl::Time deadline) {
     absl::MutexLock lock(&mu_);
     accepting_ = false;
     stopping_ = true;
+    flushing_ = true;
     drain_deadline_ = std::min(drain_deadline_, deadline);
     ++version_;
     reaper_kick_ = true;

@@ -25,8 +25,6 @@ namespace {
 constexpr int kBacklog = 4096;
 constexpr absl::Duration kAcceptRetryDelay = absl::Milliseconds(10);
 
-std::string ErrnoText(int error) { return std::strerror(error); }
-
 // "[::1]" -> "::1"; other hosts unchanged.
 std::string Unbracketed(const std::string& host) {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -74,7 +72,7 @@ absl::Status DropNewConnections(int socket) {
   program.len = sizeof(kDropNewConnections) / sizeof(kDropNewConnections[0]);
   program.filter = const_cast<sock_filter*>(kDropNewConnections);
   if (::setsockopt(socket, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) != 0) {
-    return absl::InternalError(absl::StrCat("SO_ATTACH_FILTER: ", ErrnoText(errno)));
+    return absl::InternalError(absl::StrCat("SO_ATTACH_FILTER: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -87,7 +85,7 @@ absl::StatusOr<UniqueFd> BindOne(const addrinfo& info, int port, const std::stri
                            info.ai_protocol));
   if (!socket.valid()) {
     return absl::UnavailableError(absl::StrCat("cannot open a socket for ", label, ": ",
-                                               ErrnoText(errno)));
+                                               std::strerror(errno)));
   }
   const int on = 1;
   ::setsockopt(socket.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
@@ -101,11 +99,11 @@ absl::StatusOr<UniqueFd> BindOne(const addrinfo& info, int port, const std::stri
   SetPort(reinterpret_cast<sockaddr*>(&address), port);
   if (::bind(socket.get(), reinterpret_cast<const sockaddr*>(&address), info.ai_addrlen) != 0) {
     *bind_error = errno;
-    return absl::UnavailableError(absl::StrCat("cannot bind ", label, ": ", ErrnoText(errno)));
+    return absl::UnavailableError(absl::StrCat("cannot bind ", label, ": ", std::strerror(errno)));
   }
   if (::listen(socket.get(), kBacklog) != 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", label, ": ",
-                                               ErrnoText(errno)));
+                                               std::strerror(errno)));
   }
   return socket;
 }
@@ -146,7 +144,7 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::stri
   }
   if (sockets.empty()) return absl::UnavailableError(absl::StrCat(label, " has no address"));
   UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!wake.valid()) return absl::InternalError(absl::StrCat("eventfd: ", ErrnoText(errno)));
+  if (!wake.valid()) return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
   return std::unique_ptr<TcpListener>(
       new TcpListener(std::move(sockets), bound_port, std::move(wake)));
 }
@@ -167,7 +165,7 @@ bool TcpListener::AcceptAll(int socket) {
     if (connection < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      FS_LOG(WARNING) << "accepting a gRPC connection failed: " << ErrnoText(errno);
+      FS_LOG(WARNING) << "accepting a gRPC connection failed: " << std::strerror(errno);
       return false;
     }
     const int on = 1;
@@ -176,14 +174,19 @@ bool TcpListener::AcceptAll(int socket) {
   }
 }
 
-void TcpListener::AcceptLoop() {
+std::vector<pollfd> TcpListener::PolledSockets() const {
   std::vector<pollfd> polled;
   for (const UniqueFd& socket : sockets_) polled.push_back({socket.get(), POLLIN, 0});
+  return polled;
+}
+
+void TcpListener::AcceptLoop() {
+  std::vector<pollfd> polled = PolledSockets();
   polled.push_back({wake_.get(), POLLIN, 0});
   while (true) {
     if (::poll(polled.data(), polled.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      FS_LOG(ERROR) << "gRPC accept loop stopped: poll: " << ErrnoText(errno);
+      FS_LOG(ERROR) << "gRPC accept loop stopped: poll: " << std::strerror(errno);
       return;
     }
     if (polled.back().revents != 0) return;
@@ -210,15 +213,14 @@ void TcpListener::StopAccepting(absl::Duration settle) {
   if (thread_.joinable()) {
     const uint64_t one = 1;
     if (::write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
-      FS_LOG(ERROR) << "gRPC listener: cannot wake the accept thread: " << ErrnoText(errno);
+      FS_LOG(ERROR) << "gRPC listener: cannot wake the accept thread: " << std::strerror(errno);
     }
     thread_.join();
   }
   if (on_connection_) {
     // What the kernel completed before the filter, then the handshakes that
     // were under way, until `settle` passes.
-    std::vector<pollfd> polled;
-    for (const UniqueFd& socket : sockets_) polled.push_back({socket.get(), POLLIN, 0});
+    std::vector<pollfd> polled = PolledSockets();
     const absl::Time until = absl::Now() + settle;
     while (true) {
       for (const pollfd& entry : polled) AcceptAll(entry.fd);

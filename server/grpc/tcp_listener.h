@@ -16,6 +16,8 @@
 // to grpc::AddInsecureChannelFromFd), so this serves plaintext gRPC only: with
 // TLS the server keeps gRPC's listener.
 
+#include <poll.h>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -62,6 +64,8 @@ class TcpListener {
  private:
   TcpListener(std::vector<UniqueFd> sockets, int port, UniqueFd wake);
 
+  // One read-poll entry per listening socket.
+  std::vector<pollfd> PolledSockets() const;
   void AcceptLoop();
   // Accepts every connection waiting on `socket` and hands it over. False
   // when accept failed other than by an empty queue (out of descriptors: the

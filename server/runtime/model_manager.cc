@@ -372,7 +372,7 @@ std::vector<const ModelVersionRecord*> ModelManager::All() const {
 }
 
 bool ModelManager::Ready(bool strict) const {
-  if (draining_.load() || shutting_down_.load()) return false;
+  if (draining_.load()) return false;
   for (const ModelVersionRecord* record : All()) {
     if (record->loaded() ? !record->ready() : strict) return false;
   }
@@ -394,6 +394,7 @@ void ModelManager::BeginDrain() {
 }
 
 void ModelManager::Shutdown(absl::Time deadline) {
+  draining_.store(true);
   shutting_down_.store(true);
   for (const ModelVersionRecord* record : All()) {
     if (record->loaded()) record->batcher().Shutdown(deadline);

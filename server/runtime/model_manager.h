@@ -128,7 +128,9 @@ class ModelManager {
 
   // name -> version -> record. Written only during Load, read-only after.
   std::map<std::string, std::map<int64_t, std::unique_ptr<ModelVersionRecord>>> models_;
-  std::atomic<bool> draining_{false};  // BeginDrain: not ready, still serving
+  // Set by BeginDrain and Shutdown: the server is not ready. Only Shutdown
+  // also stops the models (shutting_down_).
+  std::atomic<bool> draining_{false};
   std::atomic<bool> shutting_down_{false};
 };
 
