@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/thread_name.h"
+
 namespace fuseserve {
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -11,7 +13,10 @@ ThreadPool::ThreadPool(int num_threads) {
   }
   workers_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) {
-    workers_.emplace_back([this] { WorkerLoop(); });
+    workers_.emplace_back([this] {
+      NameCurrentThread("fs-cpu-pool");
+      WorkerLoop();
+    });
   }
 }
 

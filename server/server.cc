@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "server/runtime/page_locked_memory.h"
 
 namespace fuseserve {
@@ -90,7 +91,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   server->models_->RefreshGpuMemoryMetrics(*server->metrics_);
   server->grpc_->SetServing(server->service_->Ready());
   server->started_ = true;
-  server->readiness_watcher_ = std::thread([self] { self->WatchReadiness(); });
+  server->readiness_watcher_ = std::thread([self] {
+    NameCurrentThread("fs-readiness");
+    self->WatchReadiness();
+  });
   FS_LOG(INFO) << "serving gRPC on " << options.grpc_address << ":" << server->grpc_port() << " ("
                << DescribeGrpcSecurity(options.grpc_ssl) << "), metrics and health on http://"
                << options.metrics_address << ":" << server->metrics_port()

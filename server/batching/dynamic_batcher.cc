@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 
 namespace fuseserve {
 namespace {
@@ -119,9 +120,15 @@ class DynamicBatcher::Impl {
         serving_instances_(static_cast<int64_t>(instances_.size())) {
     absl::MutexLock lock(&join_mu_);
     for (const std::unique_ptr<Instance>& instance : instances_) {
-      workers_.emplace_back([this, raw = instance.get()] { WorkerLoop(raw); });
+      workers_.emplace_back([this, raw = instance.get()] {
+        NameCurrentThread("fsi:" + raw->name());
+        WorkerLoop(raw);
+      });
     }
-    reaper_ = std::thread([this] { ReaperLoop(); });
+    reaper_ = std::thread([this] {
+      NameCurrentThread("fs-reaper");
+      ReaperLoop();
+    });
   }
 
   ~Impl() { Shutdown(clock_->Now()); }

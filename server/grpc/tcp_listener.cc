@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace fuseserve {
 namespace {
@@ -156,7 +157,10 @@ TcpListener::~TcpListener() { StopAccepting(absl::ZeroDuration()); }
 
 void TcpListener::Start(std::function<void(int fd)> on_connection) {
   on_connection_ = std::move(on_connection);
-  thread_ = std::thread([this] { AcceptLoop(); });
+  thread_ = std::thread([this] {
+    NameCurrentThread("fs-accept");
+    AcceptLoop();
+  });
 }
 
 bool TcpListener::AcceptAll(int socket) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/thread_name.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -155,6 +156,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   auto listen_returned = std::make_shared<std::atomic<bool>>(false);
   httplib::Server* raw = http->server_.get();
   http->listener_ = std::thread([raw, listen_returned] {
+    NameCurrentThread("fs-http");  // httplib's workers start here and inherit it
     raw->listen_after_bind();
     listen_returned->store(true);
   });
