@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""Where the host's CPU goes while fuseserve serves one model (issue 6).
+
+One server on the default repository (plus the GEMM model's no-batching
+variant, as bench/serving_bench.py makes it); for each requested run, one
+`fuseserve-cli bench` at one concurrency. Over the middle of its measured
+window, every thread's CPU time (utime + stime of /proc/PID/task/TID/stat) is
+read in the server and in the client, and the host's busy time (/proc/stat).
+Printed: CPU microseconds per inference of each process, split by thread name
+(gRPC names its threads; fuseserve's own inherit the process name), and the
+host's busy cores. JSON with every figure goes to --out.
+
+  bench/cpu_split.py --fuseserve BIN --cli BIN --out cpu.json \
+      --run gemm:64 --run gemm_nobatch:64 [--duration-s 8 --warmup-s 3]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import serving_bench as sb
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# The window is the bench's measured window less this margin at each end.
+EDGE_S = 0.5
+
+
+def thread_times(pid):
+  """{thread id: (name, CPU seconds)} over the threads of `pid`, names with
+  their trailing digits removed, so that a pool's threads share one."""
+  times = {}
+  task_dir = "/proc/%d/task" % pid
+  for tid in os.listdir(task_dir):
+    try:
+      with open(os.path.join(task_dir, tid, "stat")) as f:
+        stat = f.read()
+    except OSError:  # the thread ended between listdir and open
+      continue
+    # comm is in parentheses and may hold spaces; the fields after it are fixed.
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2:].split()
+    seconds = (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
+    times[tid] = (re.sub(r"[-_.:0-9]+$", "", name) or name, seconds)
+  return times
+
+
+def host_busy_s():
+  """(busy CPU seconds, all CPU seconds) of the whole host since boot."""
+  with open("/proc/stat") as f:
+    fields = [int(v) for v in f.readline().split()[1:]]
+  idle = fields[3] + fields[4]  # idle, iowait
+  total = sum(fields[:8])       # user .. steal (guest time is inside user)
+  return (total - idle) / TICKS_PER_S, total / TICKS_PER_S
+
+
+def snapshot(server_pid, client_pid):
+  return {"time": time.monotonic(), "server": thread_times(server_pid),
+          "client": thread_times(client_pid), "host": host_busy_s()}
+
+
+def by_name(before, after, window_s, inferences):
+  """{thread name: {us_per_inference, threads, busiest_core}} between two
+  thread_times samples; busiest_core is the share of one core that the
+  busiest thread of that name used (near 1: that thread is a serial limit)."""
+  names = {}
+  for tid, (name, seconds) in after.items():
+    used = seconds - before.get(tid, (name, 0.0))[1]
+    entry = names.setdefault(name, {"seconds": 0.0, "threads": 0, "busiest_core": 0.0})
+    entry["seconds"] += used
+    entry["threads"] += 1
+    entry["busiest_core"] = max(entry["busiest_core"], used / window_s)
+  return {n: {"us_per_inference": 1e6 * e["seconds"] / inferences, "threads": e["threads"],
+              "busiest_core": e["busiest_core"]}
+          for n, e in sorted(names.items(), key=lambda item: -item[1]["seconds"])
+          if e["seconds"] > 0}
+
+
+def measure_run(cli, url, model, concurrency, args, stem):
+  """One bench run sampled in the middle of its window: the split."""
+  command = cli.command("bench", model, "--url", url, "--concurrency", str(concurrency),
+                        "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
+                        "--channels", str(args.channels), "--json", stem + ".json", "--quiet")
+  with open(stem + ".txt", "w") as out:
+    client = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=cli.env)
+    try:
+      time.sleep(args.warmup_s + EDGE_S)
+      first = snapshot(args.server_pid, client.pid)
+      time.sleep(args.duration_s - 2 * EDGE_S)
+      last = snapshot(args.server_pid, client.pid)
+    finally:
+      code = client.wait()
+  if code != 0:
+    with open(stem + ".txt", errors="replace") as f:
+      raise sb.BenchError("%s failed (exit %d):\n%s" % (" ".join(command), code, f.read()[-4000:]))
+  with open(stem + ".json") as f:
+    level = json.load(f)["levels"][0]
+  window_s = last["time"] - first["time"]
+  rate = level["throughput"]["inferences_per_s"]
+  inferences = rate * window_s
+  result = {"model": model, "concurrency": concurrency, "window_s": window_s,
+            "inferences_per_s": rate, "failed": level["requests"]["failed"],
+            "avg_batch_size": level["server"].get("avg_batch_size"),
+            "host_busy_cores": (last["host"][0] - first["host"][0]) / window_s,
+            "host_cores": (last["host"][1] - first["host"][1]) / window_s}
+  for side in ("server", "client"):
+    threads = by_name(first[side], last[side], window_s, inferences)
+    us = sum(t["us_per_inference"] for t in threads.values())
+    result[side] = {"cores": us * inferences / 1e6 / window_s, "us_per_inference": us,
+                    "threads": threads}
+  return result
+
+
+def format_result(r):
+  lines = ["%s c%d: %.0f infer/s (batch %.1f, %d failed); host %.1f of %.0f cores busy" % (
+      r["model"], r["concurrency"], r["inferences_per_s"], r["avg_batch_size"] or 0, r["failed"],
+      r["host_busy_cores"], r["host_cores"])]
+  for side in ("server", "client"):
+    s = r[side]
+    top = ", ".join("%s x%d %.1f (busiest %.0f%%)" % (n, t["threads"], t["us_per_inference"],
+                                                      100 * t["busiest_core"])
+                    for n, t in list(s["threads"].items())[:5])
+    lines.append("  %-6s %.1f cores, %.1f us/inference: %s" % (side, s["cores"],
+                                                               s["us_per_inference"], top))
+  return "\n".join(lines)
+
+
+def reconfigure(repository, instances, queue_delay_us):
+  """Sets the instance count and the batching delay of every model in
+  `repository` (0 / -1: left as they are)."""
+  from google.protobuf import text_format
+  for name in sorted(os.listdir(repository)):
+    path = os.path.join(repository, name, "config.pbtxt")
+    if not os.path.isfile(path):
+      continue
+    config = sb.read_config(os.path.join(repository, name))
+    if instances > 0:
+      for group in config.instance_group:
+        group.count = instances
+    if queue_delay_us >= 0 and config.HasField("dynamic_batching"):
+      config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
+    with open(path, "w") as f:
+      f.write(text_format.MessageToString(config))
+
+
+def parse_args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--fuseserve", required=True)
+  parser.add_argument("--cli", required=True)
+  parser.add_argument("--out", required=True, help="JSON results file")
+  parser.add_argument("--logs", default="", help="default: <out>.logs")
+  parser.add_argument("--ld-library-path", default="")
+  parser.add_argument("--run", action="append", required=True,
+                      help="LABEL:CONCURRENCY, LABEL a family (gemm, conv, groupnorm) or "
+                           "gemm_nobatch; repeatable")
+  parser.add_argument("--warmup-s", type=float, default=3.0)
+  parser.add_argument("--duration-s", type=float, default=8.0)
+  parser.add_argument("--channels", type=int, default=4)
+  parser.add_argument("--quick", action="store_true", help="the small repository")
+  parser.add_argument("--instances", type=int, default=0,
+                      help="instance_group count of every model (default: the repository's)")
+  parser.add_argument("--queue-delay-us", type=int, default=-1,
+                      help="max_queue_delay_microseconds of every batching model "
+                           "(default: the repository's)")
+  args = parser.parse_args(argv)
+  if args.duration_s <= 2 * EDGE_S + 1:
+    parser.error("--duration-s must exceed %.0f s" % (2 * EDGE_S + 1))
+  args.logs = args.logs or os.path.splitext(args.out)[0] + ".logs"
+  args.runs = []
+  for spec in args.run:
+    label, _, concurrency = spec.partition(":")
+    if not concurrency.isdigit() or int(concurrency) < 1:
+      parser.error("--run %s: expected LABEL:CONCURRENCY" % spec)
+    args.runs.append((label, int(concurrency)))
+  args.repository = ""  # what serving_bench's repository helper reads
+  return args
+
+
+def run(args):
+  os.makedirs(args.logs, exist_ok=True)
+  cli = sb.Cli(args.cli, sb.native_env(args.ld_library_path))
+  work_dir = tempfile.mkdtemp(prefix="cpu_split_")
+  results = []
+  try:
+    repository, by_family, nobatch = sb.prepare_repository(args, cli, work_dir)
+    reconfigure(repository, args.instances, args.queue_delay_us)
+    models = {c.label: by_family[c.family] for c in sb.CONFIGURATIONS}
+    models["gemm_nobatch"] = nobatch
+    unknown = [label for label, _ in args.runs if label not in models]
+    if unknown:
+      raise sb.BenchError("unknown --run label(s) %s; known: %s" % (
+          ", ".join(unknown), ", ".join(sorted(models))))
+    server = sb.ServerProcess(
+        sb.FUSESERVE, os.path.join(args.logs, sb.FUSESERVE),
+        lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
+                           "--metrics-port=0", "--port-file=" + port_file], cli.env)
+    url = "127.0.0.1:%d" % server.start()
+    args.server_pid = server.process.pid
+    try:
+      server.wait_ready(cli, url, sorted({models[label] for label, _ in args.runs}))
+      for label, concurrency in args.runs:
+        stem = os.path.join(args.logs, "%s-c%d" % (label, concurrency))
+        results.append(measure_run(cli, url, models[label], concurrency, args, stem))
+        print(format_result(results[-1]), flush=True)
+    finally:
+      exit_code = server.stop()
+  finally:
+    shutil.rmtree(work_dir, ignore_errors=True)
+  with open(args.out, "w") as f:
+    json.dump({"settings": {"warmup_s": args.warmup_s, "duration_s": args.duration_s,
+                            "channels": args.channels, "quick": args.quick,
+                            "instances": args.instances or "repository's",
+                            "queue_delay_us": (args.queue_delay_us if args.queue_delay_us >= 0
+                                               else "repository's"),
+                            "host_cpus": os.cpu_count()},
+               "runs": results, "server_exit_code": exit_code}, f, indent=1)
+  print("results: %s" % args.out)
+  return 0 if exit_code == 0 and all(r["failed"] == 0 for r in results) else 1
+
+
+def main(argv):
+  try:
+    return run(parse_args(argv))
+  except sb.BenchError as e:
+    print("cpu_split: %s" % e, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv[1:]))
