@@ -92,7 +92,7 @@ class Capi:
                                    [cp, i64])
     lib.fs_groupnorm_workspace_bytes.restype = i64
     lib.fs_groupnorm_workspace_bytes.argtypes = [i64] * 4
-    lib.fs_groupnorm_family.argtypes = [i64] * 4 + [f64] + [vp] * 6 + [cp, i64]
+    lib.fs_groupnorm_family.argtypes = [i64] * 4 + [f64] + [i64] * 3 + [vp] * 6 + [cp, i64]
     self.lib = lib
     self.error = ctypes.create_string_buffer(1024)
 
@@ -110,13 +110,15 @@ def stream_ptr():
 
 
 GEMM_ALGORITHMS = {"auto": 0, "small": 1, "sgemm": 2, "tf32x3": 3}
+GROUPNORM_SCHEDULES = {"auto": 0, "two-read": 1, "lagged": 2}
 
 
 def make_ours(capi, family, module, spec, precision, input_shape, options=None):
   """A callable x -> y running our GPU path for `module` on `input_shape`.
 
-  options (family B only): {"algorithm": one of GEMM_ALGORITHMS, "slices": n}
-  pins the linear's algorithm instead of the library's own choice."""
+  options pin an algorithm instead of the library's own choice: family B
+  {"algorithm": one of GEMM_ALGORITHMS, "slices": n}, family C
+  {"schedule": one of GROUPNORM_SCHEDULES, "lag": chunks, "ctas": CTAs per SM}."""
   options = options or {}
   tf32 = 1 if precision == "tf32" else 0
   if family == "A":
@@ -182,12 +184,15 @@ def make_ours(capi, family, module, spec, precision, input_shape, options=None):
   ws = torch.empty(max(1, capi.lib.fs_groupnorm_workspace_bytes(n, channels, spatial, groups)),
                    dtype=torch.uint8, device="cuda")
   gn = module.gn
+  schedule = GROUPNORM_SCHEDULES[options.get("schedule", "auto")]
+  lag = options.get("lag", 0)
+  ctas = options.get("ctas", -1)  # -1: the library's default
 
   def run(x, out=None):
     y = out if out is not None else torch.empty(input_shape, device="cuda")
-    capi.check(capi.lib.fs_groupnorm_family(n, channels, spatial, groups, eps, ptr(x),
-                                            ptr(gn.weight), ptr(gn.bias), ptr(y), ptr(ws),
-                                            stream_ptr(), capi.error, 1024))
+    capi.check(capi.lib.fs_groupnorm_family(n, channels, spatial, groups, eps, schedule, lag, ctas,
+                                            ptr(x), ptr(gn.weight), ptr(gn.bias), ptr(y),
+                                            ptr(ws), stream_ptr(), capi.error, 1024))
     return y
   return run
 
@@ -260,6 +265,17 @@ def configurations(quick):
     spec = (64, 8, 1e-5)
     bytes_ = 4 * 2 * n * 64 * 512 * 512
     configs.append((f"C groupnorm n={n}", "C", spec, "fp32", (n, 64, 512, 512), 0, bytes_, None))
+    # The schedule the library does not pick, and the lagged schedule's knobs
+    # around its defaults (one group is 256 chunks of 32 KiB; the default lag
+    # is 384 with 4 CTAs per SM; ctas 0 is the hardware's 8).
+    if not quick:
+      configs.append((f"C groupnorm n={n} two-read", "C", spec, "fp32", (n, 64, 512, 512), 0,
+                      bytes_, {"schedule": "two-read"}))
+    if not quick and n >= 16:
+      for lag, ctas in ((384, 0), (448, 4), (384, 5)):
+        configs.append((f"C groupnorm n={n} lag {lag} ctas {ctas}", "C", spec, "fp32",
+                        (n, 64, 512, 512), 0, bytes_,
+                        {"schedule": "lagged", "lag": lag, "ctas": ctas}))
   return configs
 
 

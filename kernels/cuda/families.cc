@@ -87,8 +87,9 @@ size_t GroupNormFamilyWorkspaceBytes(const GroupNormParams& params) {
 
 absl::Status RunGroupNormFamily(const GroupNormParams& params, const float* gn_weight,
                                 const float* gn_bias, const float* input, float* output,
-                                void* workspace, cudaStream_t stream) {
-  return GroupNorm(params, input, gn_weight, gn_bias, output, workspace, stream);
+                                void* workspace, cudaStream_t stream,
+                                const GroupNormOptions& options) {
+  return GroupNorm(params, input, gn_weight, gn_bias, output, workspace, stream, options);
 }
 
 }  // namespace fuseserve::cuda

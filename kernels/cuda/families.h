@@ -64,6 +64,7 @@ absl::Status RunGemmFamily(cublasHandle_t handle, const GemmFamilyParams& params
 size_t GroupNormFamilyWorkspaceBytes(const GroupNormParams& params);
 absl::Status RunGroupNormFamily(const GroupNormParams& params, const float* gn_weight,
                                 const float* gn_bias, const float* input, float* output,
-                                void* workspace, cudaStream_t stream);
+                                void* workspace, cudaStream_t stream,
+                                const GroupNormOptions& options = {});
 
 }  // namespace fuseserve::cuda

@@ -1,7 +1,6 @@
-#include "kernels/cuda/group_norm.h"
-
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,7 +10,9 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/group_norm.h"
+#include "kernels/cuda/group_norm_common.cuh"
+#include "kernels/cuda/group_norm_lagged.h"
 
 // Schedule. A (sample, group) slab is contiguous in memory ([C/G channels x
 // spatial]), so it is cut into chunks of kChunkElements and every kernel
@@ -24,7 +25,9 @@
 //     into (mean, rstd).
 //  3. NormalizeKernel: y = (v - mean) * (rstd * weight[c]) + bias[c].
 // GroupNormApply runs only step 3, with the statistics from a producer's
-// double sums. The input is read twice (steps 1 and 3).
+// double sums. The input is read twice (steps 1 and 3). GroupNorm runs the
+// lagged schedule instead (group_norm_lagged.cu: one kernel, the second read
+// from L2) wherever it can; the two give bitwise the same output.
 //
 // Numerics: each thread adds at most 4 shifted values in float before
 // accumulating in double, so the partial sums carry ~1e-7 relative error
@@ -40,11 +43,16 @@
 namespace fuseserve::cuda {
 namespace {
 
-// 256 threads x 8 float4 loads in flight each: 32 KiB per CTA, enough bytes
-// in flight per SM at several resident CTAs to cover HBM latency.
-constexpr int kThreads = 256;
-constexpr int kVectorsPerThread = 8;
-constexpr int64_t kChunkElements = int64_t{kThreads} * 4 * kVectorsPerThread;
+using group_norm_detail::AddShifted4;
+using group_norm_detail::ClampVariance;
+using group_norm_detail::kChunkElements;
+using group_norm_detail::kThreads;
+using group_norm_detail::kVectorsPerThread;
+using group_norm_detail::LoadOr;
+using group_norm_detail::Normalize4;
+using group_norm_detail::PackStats;
+using group_norm_detail::Prologue;
+
 // GroupStatsKernel: one warp per group.
 constexpr int kStatsThreads = 256;
 
@@ -62,26 +70,6 @@ GroupGeometry Geometry(const GroupNormParams& p) {
   geometry.total_groups = p.batch * p.num_groups;
   geometry.total_chunks = geometry.total_groups * geometry.chunks_per_group;
   return geometry;
-}
-
-template <bool kGelu>
-__device__ __forceinline__ float Prologue(float x) {
-  if constexpr (kGelu) {
-    return GeluErf(x);
-  } else {
-    return x;
-  }
-}
-
-// E[x^2] - E[x]^2 can round slightly below 0: clamp it, but let a NaN (from
-// an Inf or NaN input) through to the group's output, as PyTorch does
-// (fmax would turn it into 0 and the Infs into Infs).
-__device__ __forceinline__ double ClampVariance(double variance) {
-  return variance < 0.0 ? 0.0 : variance;
-}
-
-__device__ __forceinline__ float LoadOr(const float* values, int64_t index, float fallback) {
-  return values == nullptr ? fallback : __ldg(values + index);
 }
 
 // partials[chunk] = (sum, sum of squares) of prologue(x) - shift over the
@@ -114,14 +102,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) {
-        const float a = Prologue<kGelu>(loaded[i].x) - shift;
-        const float b = Prologue<kGelu>(loaded[i].y) - shift;
-        const float c = Prologue<kGelu>(loaded[i].z) - shift;
-        const float d = Prologue<kGelu>(loaded[i].w) - shift;
-        sum += static_cast<double>((a + b) + (c + d));
-        sum_squares += static_cast<double>(fmaf(a, a, b * b) + fmaf(c, c, d * d));
-      }
+      if (index < count) AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
     }
   } else {
     for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
@@ -132,14 +113,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   const double2 total = BlockSum2(sum, sum_squares);
   if (threadIdx.x == 0) partials[block] = total;
-}
-
-// A group's statistics as NormalizeKernel uses them: mean = x + y (the
-// double mean split into a float and the float of its remainder), rstd = z.
-__device__ __forceinline__ float4 PackStats(double mean, double variance, float eps) {
-  const float mean_hi = static_cast<float>(mean);
-  return make_float4(mean_hi, static_cast<float>(mean - static_cast<double>(mean_hi)),
-                     static_cast<float>(1.0 / sqrt(variance + static_cast<double>(eps))), 0.0f);
 }
 
 // stats[group] = PackStats of the group's chunk partials; one warp per
@@ -241,12 +214,7 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t channel = channel_of(begin + int64_t{index} * 4);
         const float scale = rstd * LoadOr(weight, channel, 1.0f);
         const float shift = LoadOr(bias, channel, 0.0f);
-        float4 v = loaded[i];
-        v.x = fmaf((Prologue<kGelu>(v.x) - mean_hi) - mean_lo, scale, shift);
-        v.y = fmaf((Prologue<kGelu>(v.y) - mean_hi) - mean_lo, scale, shift);
-        v.z = fmaf((Prologue<kGelu>(v.z) - mean_hi) - mean_lo, scale, shift);
-        v.w = fmaf((Prologue<kGelu>(v.w) - mean_hi) - mean_lo, scale, shift);
-        __stcs(out + index, v);
+        __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, shift));
       }
     }
   } else {
@@ -322,17 +290,40 @@ absl::Status ValidateGroupNormParams(const GroupNormParams& p) {
 size_t GroupNormWorkspaceBytes(const GroupNormParams& params) {
   if (!ValidateGroupNormParams(params).ok()) return 0;
   const GroupGeometry geometry = Geometry(params);
-  return PartialsBytes(geometry) + static_cast<size_t>(geometry.total_groups) * sizeof(float4);
+  const size_t two_read =
+      PartialsBytes(geometry) + static_cast<size_t>(geometry.total_groups) * sizeof(float4);
+  return std::max(two_read, group_norm_detail::LaggedWorkspaceBytes(params));
 }
 
 absl::Status GroupNorm(const GroupNormParams& params, const float* input, const float* weight,
-                       const float* bias, float* output, void* workspace, cudaStream_t stream) {
+                       const float* bias, float* output, void* workspace, cudaStream_t stream,
+                       const GroupNormOptions& options) {
   RETURN_IF_ERROR(ValidateGroupNormParams(params));
   if (input == nullptr || output == nullptr || workspace == nullptr) {
     return absl::InvalidArgumentError("GroupNorm: input, output and workspace must be non-null");
   }
   if (!Aligned16(workspace)) {
     return absl::InvalidArgumentError("GroupNorm: workspace must be 16-byte aligned");
+  }
+  if (options.lag_chunks < 0 || options.lagged_ctas_per_sm < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupNorm: lag_chunks and lagged_ctas_per_sm must be >= 0, got ",
+                     options.lag_chunks, " and ", options.lagged_ctas_per_sm));
+  }
+  const int64_t lag =
+      options.lag_chunks > 0 ? options.lag_chunks : group_norm_detail::DefaultLagChunks(params);
+  const bool lagged_eligible = group_norm_detail::LaggedEligible(params, input, output, lag);
+  if (options.schedule == GroupNormSchedule::kLagged && !lagged_eligible) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNorm: the lagged schedule needs 16-byte aligned input and output, spatial_size % 4 "
+        "== 0 (got ",
+        params.spatial_size, ") and a lag of at least one group's chunks (",
+        Geometry(params).chunks_per_group, ") and at most the tensor's (",
+        Geometry(params).total_chunks, "); got a lag of ", lag));
+  }
+  if (options.schedule != GroupNormSchedule::kTwoRead && lagged_eligible) {
+    return group_norm_detail::LaunchLaggedGroupNorm(params, input, weight, bias, output, workspace,
+                                                    lag, options.lagged_ctas_per_sm, stream);
   }
   const GroupGeometry geometry = Geometry(params);
   auto* partials = static_cast<double2*>(workspace);

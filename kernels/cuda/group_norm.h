@@ -36,16 +36,42 @@ struct GroupNormParams {
 
 absl::Status ValidateGroupNormParams(const GroupNormParams& params);
 
-// Device scratch GroupNorm needs for `params` (may be 0).
+// How GroupNorm reads its input:
+//  - kTwoRead: a statistics pass and a normalisation pass, each reading the
+//    input from HBM (group_norm.cu); any shape and alignment;
+//  - kLagged: one kernel that normalises each chunk a fixed lag of chunks
+//    after summing it, so that its second read comes from L2
+//    (group_norm_lagged.cu); needs 16-byte aligned input and output and
+//    spatial_size % 4 == 0;
+//  - kAuto: kLagged where it can run, kTwoRead otherwise.
+enum class GroupNormSchedule { kAuto, kTwoRead, kLagged };
+
+struct GroupNormOptions {
+  GroupNormSchedule schedule = GroupNormSchedule::kAuto;
+  // kLagged's lag in chunks of 8192 elements; 0 picks the default (one
+  // group's chunks + 128). Must cover one group's chunks and at most the
+  // tensor's. The defaults here were the fastest of the lags and residencies
+  // measured on an H200 (bench/kernel_notes.md v5).
+  int64_t lag_chunks = 0;
+  // kLagged's CTAs resident per SM, capped through dynamic shared memory
+  // (fewer chunks in flight: the lag can be shorter before phase 2 waits);
+  // 0 leaves residency to the hardware (8 CTAs of 256 threads).
+  int lagged_ctas_per_sm = 4;
+};
+
+// Device scratch GroupNorm needs for `params` under any schedule (may be 0).
 size_t GroupNormWorkspaceBytes(const GroupNormParams& params);
 
 // output = GroupNorm(prologue(input)); device pointers; output may equal
 // input, otherwise they must not overlap. weight, bias: [channels], or null
 // for 1 and 0. `workspace` holds GroupNormWorkspaceBytes(params) bytes,
 // 16-byte aligned (cudaMalloc's alignment). Deterministic: the same inputs
-// give bitwise the same output.
+// give bitwise the same output, and so do the two schedules (the same
+// chunks, sums and order of additions). A schedule pinned in
+// `options` that cannot run these arguments is InvalidArgument.
 absl::Status GroupNorm(const GroupNormParams& params, const float* input, const float* weight,
-                       const float* bias, float* output, void* workspace, cudaStream_t stream);
+                       const float* bias, float* output, void* workspace, cudaStream_t stream,
+                       const GroupNormOptions& options = {});
 
 // Per-(sample, group) statistics as a producer accumulates them:
 // group_sums[2 * (n * num_groups + g)] = sum of the group's values,

@@ -119,12 +119,12 @@ std::vector<double> Reference(const Case& c, GroupNormPrologue prologue,
 
 class CudaGroupNormTest : public GpuStreamTest {
  protected:
-
   // GroupNorm on the GPU into a NaN-poisoned output (or in place), with the
   // input and output starting `pad_floats` floats into their buffers.
   std::vector<float> Run(const GroupNormParams& params, const std::vector<float>& input,
                          const std::vector<float>& weight, const std::vector<float>& bias,
-                         bool in_place = false, size_t pad_floats = 0) {
+                         bool in_place = false, size_t pad_floats = 0,
+                         const GroupNormOptions& options = {}) {
     DeviceBuffer in = ToDevice(input, pad_floats);
     DeviceBuffer w = ToDevice(weight);
     DeviceBuffer b = ToDevice(bias);
@@ -134,8 +134,9 @@ class CudaGroupNormTest : public GpuStreamTest {
     EXPECT_TRUE(workspace.ok()) << workspace.status();
     if (!workspace.ok()) return {};
     float* output = (in_place ? in.as<float>() : out.as<float>()) + pad_floats;
-    const absl::Status status = GroupNorm(params, in.as<float>() + pad_floats, w.as<float>(),
-                                          b.as<float>(), output, workspace->data(), stream_.get());
+    const absl::Status status =
+        GroupNorm(params, in.as<float>() + pad_floats, w.as<float>(), b.as<float>(), output,
+                  workspace->data(), stream_.get(), options);
     EXPECT_TRUE(status.ok()) << status;
     EXPECT_TRUE(stream_.Synchronize().ok());
     return ToHost(output, static_cast<int64_t>(input.size()));
@@ -180,7 +181,6 @@ class CudaGroupNormTest : public GpuStreamTest {
         CompareToReference(actual, Reference(c, prologue, input, weight, bias));
     EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
   }
-
 };
 
 TEST_F(CudaGroupNormTest, MatchesFloat64ReferenceOverRanksAndGroupings) {
@@ -239,9 +239,9 @@ TEST_F(CudaGroupNormTest, HandlesPointersThatAreNotSixteenByteAligned) {
 // kernel and the apply-only path (from a producer's sums).
 TEST_F(CudaGroupNormTest, NonFiniteValueMakesItsWholeGroupNan) {
   const Case c{2, 8, {4, 4}, 2};  // groups of 64 elements
-  for (const float bad : {std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity(),
-                          std::numeric_limits<float>::quiet_NaN()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN()}) {
     SCOPED_TRACE(bad);
     std::vector<float> input = reference::RandomNormal(c.count(), 45);
     input[2 * 64 + 7] = bad;  // group 2 of 4
@@ -286,6 +286,91 @@ TEST_F(CudaGroupNormTest, IsDeterministic) {
   const std::vector<float> second = Run(c.params(), input, weight, bias);
   ASSERT_EQ(first.size(), second.size());
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
+}
+
+GroupNormOptions Pinned(GroupNormSchedule schedule, int64_t lag_chunks = 0) {
+  GroupNormOptions options;
+  options.schedule = schedule;
+  options.lag_chunks = lag_chunks;
+  return options;
+}
+
+// Chunks of 8192 elements per (sample, group), as the kernels cut them.
+int64_t ChunksPerGroup(const Case& c) {
+  return (c.channels / c.num_groups * c.spatial_size() + 8191) / 8192;
+}
+
+// The lagged schedule sums the same chunks in the same order as the two-read
+// one, so the two agree bit for bit; both match the float64 reference. Over
+// every case either can run (spatial sizes that are multiples of 4), with and
+// without the GELU prologue.
+TEST_F(CudaGroupNormTest, LaggedAndTwoReadSchedulesAgreeBitForBit) {
+  uint64_t seed = 400;
+  int compared = 0;
+  for (const Case& c : Cases()) {
+    if (c.spatial_size() % 4 != 0) continue;
+    for (GroupNormPrologue prologue : {GroupNormPrologue::kNone, GroupNormPrologue::kGeluErf}) {
+      SCOPED_TRACE(absl::StrCat(c.ToString(), prologue == GroupNormPrologue::kNone ? "" : " GELU"));
+      const std::vector<float> input = reference::RandomNormal(c.count(), seed++);
+      const std::vector<float> weight = reference::RandomNormal(c.channels, seed++);
+      const std::vector<float> bias = reference::RandomNormal(c.channels, seed++);
+      const std::vector<float> lagged = Run(c.params(prologue), input, weight, bias, false, 0,
+                                            Pinned(GroupNormSchedule::kLagged));
+      const std::vector<float> two_read = Run(c.params(prologue), input, weight, bias, false, 0,
+                                              Pinned(GroupNormSchedule::kTwoRead));
+      ASSERT_EQ(lagged.size(), two_read.size());
+      EXPECT_EQ(std::memcmp(lagged.data(), two_read.data(), lagged.size() * sizeof(float)), 0);
+      const ErrorStats error =
+          CompareToReference(lagged, Reference(c, prologue, input, weight, bias));
+      EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 10);  // 5 cases x 2 prologues
+}
+
+// The lag's two bounds: one group's chunks (the wait targets the group just
+// read) and the whole tensor (every chunk summed before any is normalised);
+// out of place and in place, on groups of several chunks.
+TEST_F(CudaGroupNormTest, LaggedScheduleIsExactAtItsShortestAndLongestLag) {
+  const Case c{3, 64, {64, 72}, 8};  // groups of 36864 elements: 5 chunks, 24 groups
+  const int64_t per_group = ChunksPerGroup(c);
+  ASSERT_EQ(per_group, 5);
+  const int64_t total = per_group * c.batch * c.num_groups;
+  const std::vector<float> input = reference::RandomUniform(c.count(), 501, -1.0f, 3.0f);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 502);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 503);
+  const std::vector<float> two_read =
+      Run(c.params(), input, weight, bias, false, 0, Pinned(GroupNormSchedule::kTwoRead));
+  const ErrorStats error =
+      CompareToReference(two_read, Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+  EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  for (int64_t lag : {per_group, per_group + 1, total - 1, total}) {
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(absl::StrCat("lag ", lag, in_place ? " in place" : ""));
+      const std::vector<float> lagged = Run(c.params(), input, weight, bias, in_place, 0,
+                                            Pinned(GroupNormSchedule::kLagged, lag));
+      ASSERT_EQ(lagged.size(), two_read.size());
+      EXPECT_EQ(std::memcmp(lagged.data(), two_read.data(), lagged.size() * sizeof(float)), 0);
+    }
+  }
+}
+
+// kAuto takes the two-read schedule where the lagged one cannot run (here a
+// misaligned start and a spatial size that is not a multiple of 4): the
+// results stay exact.
+TEST_F(CudaGroupNormTest, AutoFallsBackToTwoReadsWhereTheLaggedScheduleCannotRun) {
+  for (const Case& c : {Case{2, 8, {16, 16}, 4}, Case{2, 6, {7, 5}, 3}}) {
+    SCOPED_TRACE(c.ToString());
+    const std::vector<float> input = reference::RandomNormal(c.count(), 511);
+    const std::vector<float> weight = reference::RandomNormal(c.channels, 512);
+    const std::vector<float> bias = reference::RandomNormal(c.channels, 513);
+    const size_t pad = c.spatial_size() % 4 == 0 ? 1 : 0;
+    const ErrorStats error =
+        CompareToReference(Run(c.params(), input, weight, bias, false, pad),
+                           Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+  }
 }
 
 TEST_F(CudaGroupNormTest, ApplyNormalisesFromHostComputedSums) {
@@ -378,6 +463,24 @@ TEST_F(CudaGroupNormTest, ReferenceShapeMatchesFloat64Reference) {
     const std::vector<float> copy = ToHost(out->as<float>() + n * sample_count, sample_count);
     EXPECT_EQ(std::memcmp(copy.data(), first_output.data(), sample_bytes), 0);
   }
+
+  // The default schedule here is the lagged one; the two-read schedule gives
+  // the same bits.
+  std::vector<std::vector<float>> lagged;
+  for (int64_t n : distinct) {
+    lagged.push_back(ToHost(out->as<float>() + n * sample_count, sample_count));
+  }
+  ASSERT_EQ(cudaMemset(out->data(), 0xFF, out->bytes()), cudaSuccess);
+  ASSERT_TRUE(GroupNorm(c.params(), in->as<float>(), w.as<float>(), b.as<float>(), out->as<float>(),
+                        workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kTwoRead))
+                  .ok());
+  ASSERT_TRUE(stream_.Synchronize().ok());
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("two-read sample ", distinct[i]));
+    const std::vector<float> two_read =
+        ToHost(out->as<float>() + distinct[i] * sample_count, sample_count);
+    EXPECT_EQ(std::memcmp(two_read.data(), lagged[i].data(), sample_bytes), 0);
+  }
 }
 
 // Validation happens before any CUDA call, so these run without a GPU.
@@ -426,6 +529,37 @@ TEST(CudaGroupNormValidationTest, RejectsNullPointersAndApplyWithAPrologue) {
   const double sums[4] = {};
   EXPECT_EQ(GroupNormApply(p, sums, nullptr, nullptr, &dummy, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A pinned lagged schedule that cannot run its arguments is refused before
+// anything is launched (so this runs without a GPU).
+TEST(CudaGroupNormValidationTest, PinnedLaggedScheduleRefusesWhatItCannotRun) {
+  GroupNormParams p;
+  p.batch = 2;
+  p.channels = 8;
+  p.spatial_size = 16 * 1024;  // groups of 32768 elements: 4 chunks, 8 groups
+  p.num_groups = 4;
+  alignas(16) float buffer[8] = {};
+  float* aligned = buffer;
+  const GroupNormOptions lagged = Pinned(GroupNormSchedule::kLagged);
+  auto code = [&](const GroupNormParams& params, const float* in, float* out,
+                  const GroupNormOptions& options) {
+    return GroupNorm(params, in, nullptr, nullptr, out, aligned, nullptr, options).code();
+  };
+  EXPECT_EQ(code(p, aligned + 1, aligned, lagged), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(p, aligned, aligned + 1, lagged), absl::StatusCode::kInvalidArgument);
+  GroupNormParams odd = p;
+  odd.spatial_size = 16 * 1024 + 2;
+  EXPECT_EQ(code(odd, aligned, aligned, lagged), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(code(p, aligned, aligned, Pinned(GroupNormSchedule::kLagged, 3)),
+            absl::StatusCode::kInvalidArgument);  // under one group's 4 chunks
+  EXPECT_EQ(code(p, aligned, aligned, Pinned(GroupNormSchedule::kLagged, 33)),
+            absl::StatusCode::kInvalidArgument);  // over the tensor's 32
+  EXPECT_EQ(code(p, aligned, aligned, Pinned(GroupNormSchedule::kAuto, -1)),
+            absl::StatusCode::kInvalidArgument);
+  const absl::Status status =
+      GroupNorm(p, aligned + 1, nullptr, nullptr, aligned, aligned, nullptr, lagged);
+  EXPECT_NE(status.message().find("lagged schedule"), std::string::npos) << status;
 }
 
 }  // namespace
