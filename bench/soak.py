@@ -92,8 +92,11 @@ def device_bytes(pid):
 
 
 def growth(samples, key, since_s):
-  """(first value at or after since_s, last value, relative growth)."""
-  values = [s[key] for s in samples if s["t_s"] >= since_s and s.get(key) is not None]
+  """(first value at or after since_s, last value, relative growth), over the
+  samples taken while every bench was still running: once one has finished,
+  the load is lower and the memory figures would flatter the verdict."""
+  values = [s[key] for s in samples
+            if s["t_s"] >= since_s and s.get("under_load", True) and s.get(key) is not None]
   if len(values) < 2:
     return None
   return {"after_warmup": values[0], "end": values[-1], "max": max(values),
@@ -115,6 +118,9 @@ def parse_args(argv):
   parser.add_argument("--max-growth", type=float, default=0.02)
   parser.add_argument("--channels", type=int, default=4)
   parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                      help="set in fuseserve's environment only (e.g. MALLOC_ARENA_MAX=2, or "
+                           "LD_PRELOAD of another allocator); repeatable")
   args = parser.parse_args(argv)
   args.duration_s = args.duration_s or (20.0 if args.quick else 600.0)
   args.warmup_s = args.warmup_s if args.warmup_s is not None else (5.0 if args.quick else 60.0)
@@ -132,10 +138,14 @@ def run(args):
   work_dir = tempfile.mkdtemp(prefix="soak_")
   try:
     repository, by_family, _ = sb.prepare_repository(args, cli, work_dir)
+    server_env = dict(cli.env)
+    for setting in args.server_env:
+      key, _, value = setting.partition("=")
+      server_env[key] = value
     server = sb.ServerProcess(
         sb.FUSESERVE, os.path.join(args.logs, sb.FUSESERVE),
         lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
-                           "--metrics-port=0", "--port-file=" + port_file], cli.env)
+                           "--metrics-port=0", "--port-file=" + port_file], server_env)
     url = "127.0.0.1:%d" % server.start()
     try:
       models = {c.label: by_family[c.family] for c in sb.CONFIGURATIONS}
@@ -169,12 +179,15 @@ def run(args):
       while any(thread.is_alive() for thread in benches):
         pid = server.process.pid
         t_s = round(time.monotonic() - start, 1)
-        samples.append(dict({"t_s": t_s, "rss_bytes": resident_bytes(pid),
+        samples.append(dict({"t_s": t_s,
+                             "under_load": all(thread.is_alive() for thread in benches),
+                             "rss_bytes": resident_bytes(pid),
                              "device_bytes": device_bytes(pid)}, **resident_split(pid)))
         if t_s >= args.warmup_s and "after_warmup" not in mappings:
           mappings["after_warmup"] = resident_by_mapping(pid)
-        mappings["end"] = resident_by_mapping(pid)
         last = samples[-1]
+        if last["under_load"]:
+          mappings["end"] = resident_by_mapping(pid)
         sb.log("  t=%5.0f s  rss %.1f MiB (anon %.1f, file %.1f, shmem %.1f)  device %s" % (
             last["t_s"], last["rss_bytes"] / 2**20, last.get("RssAnon", 0) / 2**20,
             last.get("RssFile", 0) / 2**20, last.get("RssShmem", 0) / 2**20,
@@ -223,7 +236,7 @@ def run(args):
   with open(args.out, "w") as f:
     json.dump({"settings": {"duration_s": args.duration_s, "warmup_s": args.warmup_s,
                             "sample_s": args.sample_s, "concurrency": CONCURRENCY,
-                            "quick": args.quick},
+                            "quick": args.quick, "server_env": args.server_env},
                "samples": samples, "memory": memory, "resident_split": split,
                "mapping_growth": moved, "reports": reports, "exit_code": exit_code,
                "passed": ok}, f, indent=1)

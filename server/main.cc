@@ -8,10 +8,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/malloc_trimmer.h"
 #include "server/server.h"
 #include "server/server_options.h"
 
@@ -36,6 +38,9 @@ bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
 // (bench/results/2026-11-22-h200-soak-v2.md). A fixed threshold (glibc's
 // initial 128 KiB) keeps large blocks in their own mappings, returned to the
 // system when freed. MALLOC_MMAP_THRESHOLD_ in the environment still wins.
+// That was enough on the CPU backend but not on a GPU host, where the small
+// blocks left free in the arenas still grew the resident set: the
+// MallocTrimmer below returns those (soak-v3.md).
 void FixMallocMmapThreshold() {
   constexpr int kMmapThresholdBytes = 128 * 1024;
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
@@ -66,6 +71,11 @@ int main(int argc, char** argv) {
   if (options->help) {
     std::cout << fuseserve::ServerUsage();
     return 0;
+  }
+
+  std::optional<fuseserve::MallocTrimmer> trimmer;
+  if (options->malloc_trim_interval_secs > 0) {
+    trimmer.emplace(absl::Seconds(options->malloc_trim_interval_secs));
   }
 
   // Block the stop signals in every thread (threads inherit the mask) so that

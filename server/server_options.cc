@@ -88,6 +88,10 @@ Options:
   --metrics-address=ADDR     HTTP bind address (default 0.0.0.0)
   --exit-timeout-secs=N      on SIGTERM/SIGINT, how long queued and running
                              requests may take to finish (default 30)
+  --malloc-trim-interval-secs=N
+                             return the free memory of glibc's malloc arenas
+                             to the system every N seconds (default 10; 0 =
+                             never)
   --max-request-bytes=N      largest gRPC request accepted, in bytes (default
                              and maximum 2147483647); larger ones get
                              RESOURCE_EXHAUSTED
@@ -151,6 +155,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
       if (!absl::SimpleAtoi(value, &options.exit_timeout_secs) || options.exit_timeout_secs < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--exit-timeout-secs must be a non-negative integer, got \"", value, "\""));
+      }
+    } else if (flag == "malloc-trim-interval-secs") {
+      if (!absl::SimpleAtoi(value, &options.malloc_trim_interval_secs) ||
+          options.malloc_trim_interval_secs < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--malloc-trim-interval-secs must be a non-negative integer, got \"", value, "\""));
       }
     } else if (flag == "max-request-bytes") {
       if (!absl::SimpleAtoi(value, &options.max_request_bytes) || options.max_request_bytes < 1) {

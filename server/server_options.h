@@ -37,6 +37,9 @@ struct ServerOptions {
   int metrics_port = 8002;
   // Bound on draining queued and running requests after SIGTERM/SIGINT.
   int exit_timeout_secs = 30;
+  // Every this many seconds the free memory glibc's malloc arenas hold goes
+  // back to the system (common/malloc_trimmer.h); 0 = never.
+  int malloc_trim_interval_secs = 10;
   // Largest gRPC request message accepted (bytes); larger ones are refused
   // with RESOURCE_EXHAUSTED before they are decoded. gRPC's own ceiling,
   // and Triton's default, is INT32_MAX.

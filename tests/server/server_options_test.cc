@@ -44,6 +44,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->grpc_port, 8001);
   EXPECT_EQ(options->metrics_port, 8002);
   EXPECT_EQ(options->exit_timeout_secs, 30);
+  EXPECT_EQ(options->malloc_trim_interval_secs, 10);
   EXPECT_EQ(options->max_request_bytes, 2147483647);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
@@ -59,9 +60,11 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
       Parse({"--model-repository=/srv/models", "--grpc-port=9001", "--metrics-port=9002",
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
              "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096",
-             "--allow-shared-memory=true", "--batch-trace-file=/tmp/trace.json"});
+             "--allow-shared-memory=true", "--batch-trace-file=/tmp/trace.json",
+             "--malloc-trim-interval-secs=0"});
 
   ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->malloc_trim_interval_secs, 0);
   EXPECT_TRUE(options->allow_shared_memory);
   EXPECT_EQ(options->batch_trace_file, "/tmp/trace.json");
   EXPECT_EQ(options->max_request_bytes, 4096);
@@ -127,6 +130,15 @@ TEST(ServerOptionsTest, RejectsBadExitTimeout) {
   for (const char* value : {"-1", "soon", "1.5"}) {
     EXPECT_THAT(ParseError({"--model-repository=/m", std::string("--exit-timeout-secs=") + value}),
                 HasSubstr("--exit-timeout-secs"))
+        << value;
+  }
+}
+
+TEST(ServerOptionsTest, RejectsBadMallocTrimInterval) {
+  for (const char* value : {"-1", "often", "0.5", ""}) {
+    EXPECT_THAT(
+        ParseError({"--model-repository=/m", std::string("--malloc-trim-interval-secs=") + value}),
+        HasSubstr("--malloc-trim-interval-secs"))
         << value;
   }
 }
