@@ -133,7 +133,6 @@ def format_result(r):
 def reconfigure(repository, instances, queue_delay_us):
   """Sets the instance count and the batching delay of every model in
   `repository` (0 / -1: left as they are)."""
-  from google.protobuf import text_format
   for name in sorted(os.listdir(repository)):
     path = os.path.join(repository, name, "config.pbtxt")
     if not os.path.isfile(path):
@@ -145,16 +144,12 @@ def reconfigure(repository, instances, queue_delay_us):
     if queue_delay_us >= 0 and config.HasField("dynamic_batching"):
       config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
     with open(path, "w") as f:
-      f.write(text_format.MessageToString(config))
+      f.write(sb.text_format.MessageToString(config))
 
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--fuseserve", required=True)
-  parser.add_argument("--cli", required=True)
-  parser.add_argument("--out", required=True, help="JSON results file")
-  parser.add_argument("--logs", default="", help="default: <out>.logs")
-  parser.add_argument("--ld-library-path", default="")
+  sb.add_binary_arguments(parser)
   parser.add_argument("--run", action="append", required=True,
                       help="LABEL:CONCURRENCY, LABEL a family (gemm, conv, groupnorm) or "
                            "gemm_nobatch; repeatable")

@@ -458,26 +458,33 @@ def format_table(rows, targets):
 
 # --------------------------------------------------------------------------
 
+def add_binary_arguments(parser):
+  """The flags every script that runs fuseserve and its CLI takes (this one,
+  soak.py, cpu_split.py): the binaries, where results and logs go, and the
+  libraries they load."""
+  parser.add_argument("--fuseserve", required=True, help="the fuseserve binary")
+  parser.add_argument("--cli", required=True, help="the fuseserve-cli binary")
+  parser.add_argument("--out", required=True, help="JSON results file")
+  parser.add_argument("--logs", default="",
+                      help="directory for server logs and every bench report (default: "
+                           "<out>.logs)")
+  parser.add_argument("--ld-library-path", default="",
+                      help="prepended to LD_LIBRARY_PATH for fuseserve and the CLI only")
+
+
 def parse_args(argv):
   parser = argparse.ArgumentParser(
       description="fuseserve against the PyTorch-eager peer and against itself without "
                   "batching, driven by fuseserve-cli bench.")
-  parser.add_argument("--fuseserve", required=True, help="the fuseserve binary")
-  parser.add_argument("--cli", required=True, help="the fuseserve-cli binary")
-  parser.add_argument("--out", required=True, help="JSON results file")
+  add_binary_arguments(parser)
   parser.add_argument("--quick", action="store_true",
                       help="small repository, short windows, low concurrency (a smoke test)")
   parser.add_argument("--repository", default="",
                       help="serve this repository (copied with links) instead of the default")
-  parser.add_argument("--logs", default="",
-                      help="directory for server logs and every bench report (default: "
-                           "<out>.logs)")
   parser.add_argument("--peer-python", default=sys.executable,
                       help="interpreter of the peer (needs torch and grpcio)")
   parser.add_argument("--peer-server", choices=("threads", "aio"), default="threads")
   parser.add_argument("--peer-device", choices=("auto", "cuda", "cpu"), default="auto")
-  parser.add_argument("--ld-library-path", default="",
-                      help="prepended to LD_LIBRARY_PATH for fuseserve and the CLI only")
   parser.add_argument("--warmup-s", type=float, default=None, help="default 3 (quick 0.3)")
   parser.add_argument("--duration-s", type=float, default=None,
                       help="measured window per level; default 10 (quick 0.6)")

@@ -105,12 +105,7 @@ def growth(samples, key, since_s):
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--fuseserve", required=True)
-  parser.add_argument("--cli", required=True)
-  parser.add_argument("--out", required=True, help="JSON results file")
-  parser.add_argument("--logs", default="", help="default: <out>.logs")
-  parser.add_argument("--ld-library-path", default="",
-                      help="prepended to LD_LIBRARY_PATH for fuseserve and the CLI")
+  sb.add_binary_arguments(parser)
   parser.add_argument("--duration-s", type=float, default=None, help="default 600 (quick 20)")
   parser.add_argument("--warmup-s", type=float, default=None,
                       help="excluded from the memory check; default 60 (quick 5)")

@@ -44,7 +44,10 @@ namespace fuseserve::cuda {
 namespace {
 
 using group_norm_detail::AddShifted4;
+using group_norm_detail::Aligned16;
 using group_norm_detail::ClampVariance;
+using group_norm_detail::Geometry;
+using group_norm_detail::GroupGeometry;
 using group_norm_detail::kChunkElements;
 using group_norm_detail::kThreads;
 using group_norm_detail::kVectorsPerThread;
@@ -55,22 +58,6 @@ using group_norm_detail::Prologue;
 
 // GroupStatsKernel: one warp per group.
 constexpr int kStatsThreads = 256;
-
-struct GroupGeometry {
-  int64_t group_size = 0;  // (C / G) * spatial, elements per (sample, group)
-  int64_t chunks_per_group = 0;
-  int64_t total_groups = 0;  // batch * num_groups
-  int64_t total_chunks = 0;
-};
-
-GroupGeometry Geometry(const GroupNormParams& p) {
-  GroupGeometry geometry;
-  geometry.group_size = p.channels / p.num_groups * p.spatial_size;
-  geometry.chunks_per_group = (geometry.group_size + kChunkElements - 1) / kChunkElements;
-  geometry.total_groups = p.batch * p.num_groups;
-  geometry.total_chunks = geometry.total_groups * geometry.chunks_per_group;
-  return geometry;
-}
 
 // partials[chunk] = (sum, sum of squares) of prologue(x) - shift over the
 // chunk, shift = prologue(x[group's first element]).
@@ -227,8 +214,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
 template <typename Kernel, typename... Args>
 absl::Status Launch(Kernel kernel, int64_t blocks, int threads, cudaStream_t stream, Args... args) {
   kernel<<<static_cast<unsigned int>(blocks), threads, 0, stream>>>(args...);
@@ -310,6 +295,7 @@ absl::Status GroupNorm(const GroupNormParams& params, const float* input, const 
         absl::StrCat("GroupNorm: lag_chunks and lagged_ctas_per_sm must be >= 0, got ",
                      options.lag_chunks, " and ", options.lagged_ctas_per_sm));
   }
+  const GroupGeometry geometry = Geometry(params);
   const int64_t lag =
       options.lag_chunks > 0 ? options.lag_chunks : group_norm_detail::DefaultLagChunks(params);
   const bool lagged_eligible = group_norm_detail::LaggedEligible(params, input, output, lag);
@@ -318,14 +304,13 @@ absl::Status GroupNorm(const GroupNormParams& params, const float* input, const 
         "GroupNorm: the lagged schedule needs 16-byte aligned input and output, spatial_size % 4 "
         "== 0 (got ",
         params.spatial_size, ") and a lag of at least one group's chunks (",
-        Geometry(params).chunks_per_group, ") and at most the tensor's (",
-        Geometry(params).total_chunks, "); got a lag of ", lag));
+        geometry.chunks_per_group, ") and at most the tensor's (", geometry.total_chunks,
+        "); got a lag of ", lag));
   }
   if (options.schedule != GroupNormSchedule::kTwoRead && lagged_eligible) {
     return group_norm_detail::LaunchLaggedGroupNorm(params, input, weight, bias, output, workspace,
                                                     lag, options.lagged_ctas_per_sm, stream);
   }
-  const GroupGeometry geometry = Geometry(params);
   auto* partials = static_cast<double2*>(workspace);
   auto* stats = reinterpret_cast<float4*>(static_cast<char*>(workspace) + PartialsBytes(geometry));
   const bool gelu = params.prologue == GroupNormPrologue::kGeluErf;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/group_norm.h"
 
 namespace fuseserve::cuda::group_norm_detail {
 
@@ -18,6 +19,28 @@ namespace fuseserve::cuda::group_norm_detail {
 constexpr int kThreads = 256;
 constexpr int kVectorsPerThread = 8;
 constexpr int64_t kChunkElements = int64_t{kThreads} * 4 * kVectorsPerThread;
+
+// How a GroupNorm tensor is cut: a (sample, group) slab is contiguous
+// ([C/G channels x spatial]) and split into chunks of kChunkElements.
+struct GroupGeometry {
+  int64_t group_size = 0;  // (C / G) * spatial, elements per (sample, group)
+  int64_t chunks_per_group = 0;
+  int64_t total_groups = 0;  // batch * num_groups
+  int64_t total_chunks = 0;
+};
+
+inline GroupGeometry Geometry(const GroupNormParams& p) {
+  GroupGeometry geometry;
+  geometry.group_size = p.channels / p.num_groups * p.spatial_size;
+  geometry.chunks_per_group = (geometry.group_size + kChunkElements - 1) / kChunkElements;
+  geometry.total_groups = p.batch * p.num_groups;
+  geometry.total_chunks = geometry.total_groups * geometry.chunks_per_group;
+  return geometry;
+}
+
+inline bool Aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
 
 template <bool kGelu>
 __device__ __forceinline__ float Prologue(float x) {

@@ -52,9 +52,7 @@ namespace {
 constexpr int64_t kLagSlackChunks = 128;
 
 struct LaggedLayout {
-  int64_t chunks_per_group = 0;
-  int64_t total_groups = 0;
-  int64_t total_chunks = 0;
+  GroupGeometry geometry;
   size_t partials_offset = 0;  // double2 per chunk
   size_t stats_offset = 0;     // float4 per group
   size_t counters_offset = 0;  // int32 arrivals and ready per group, then the ticket
@@ -66,15 +64,13 @@ size_t RoundUp16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 LaggedLayout Layout(const GroupNormParams& p) {
   LaggedLayout layout;
-  const int64_t group_size = p.channels / p.num_groups * p.spatial_size;
-  layout.chunks_per_group = (group_size + kChunkElements - 1) / kChunkElements;
-  layout.total_groups = p.batch * p.num_groups;
-  layout.total_chunks = layout.total_groups * layout.chunks_per_group;
+  layout.geometry = Geometry(p);
+  const auto groups = static_cast<size_t>(layout.geometry.total_groups);
   layout.partials_offset = 0;
-  layout.stats_offset = RoundUp16(static_cast<size_t>(layout.total_chunks) * sizeof(double2));
-  layout.counters_offset =
-      layout.stats_offset + static_cast<size_t>(layout.total_groups) * sizeof(float4);
-  layout.counters_bytes = RoundUp16((2 * static_cast<size_t>(layout.total_groups) + 1) * 4);
+  layout.stats_offset =
+      RoundUp16(static_cast<size_t>(layout.geometry.total_chunks) * sizeof(double2));
+  layout.counters_offset = layout.stats_offset + groups * sizeof(float4);
+  layout.counters_bytes = RoundUp16((2 * groups + 1) * 4);
   layout.total_bytes = layout.counters_offset + layout.counters_bytes;
   return layout;
 }
@@ -211,8 +207,6 @@ __global__ void __launch_bounds__(kThreads) LaggedGroupNormKernel(LaggedArgs a) 
   }
 }
 
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
 // Dynamic shared memory a launch may ask for without opting in.
 constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
 
@@ -237,15 +231,16 @@ absl::StatusOr<int> SharedMemoryPerSm(int device) {
 
 int64_t DefaultLagChunks(const GroupNormParams& params) {
   const LaggedLayout layout = Layout(params);
-  return std::min(layout.chunks_per_group + kLagSlackChunks, layout.total_chunks);
+  return std::min(layout.geometry.chunks_per_group + kLagSlackChunks, layout.geometry.total_chunks);
 }
 
 bool LaggedEligible(const GroupNormParams& params, const float* input, const float* output,
                     int64_t lag_chunks) {
   const LaggedLayout layout = Layout(params);
   return Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0 &&
-         lag_chunks >= layout.chunks_per_group && lag_chunks <= layout.total_chunks &&
-         layout.total_chunks + lag_chunks <= std::numeric_limits<int32_t>::max();
+         lag_chunks >= layout.geometry.chunks_per_group &&
+         lag_chunks <= layout.geometry.total_chunks &&
+         layout.geometry.total_chunks + lag_chunks <= std::numeric_limits<int32_t>::max();
 }
 
 size_t LaggedWorkspaceBytes(const GroupNormParams& params) { return Layout(params).total_bytes; }
@@ -264,9 +259,9 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   args.weight = weight;
   args.bias = bias;
   args.output = output;
-  args.group_size = params.channels / params.num_groups * params.spatial_size;
-  args.chunks_per_group = layout.chunks_per_group;
-  args.total_chunks = layout.total_chunks;
+  args.group_size = layout.geometry.group_size;
+  args.chunks_per_group = layout.geometry.chunks_per_group;
+  args.total_chunks = layout.geometry.total_chunks;
   args.lag = lag_chunks;
   args.num_groups = params.num_groups;
   args.channels_per_group = params.channels / params.num_groups;
@@ -275,9 +270,9 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   args.partials = reinterpret_cast<double2*>(base + layout.partials_offset);
   args.stats = reinterpret_cast<float4*>(base + layout.stats_offset);
   args.arrivals = counters;
-  args.ready = counters + layout.total_groups;
-  args.ticket = reinterpret_cast<unsigned int*>(counters + 2 * layout.total_groups);
-  const auto blocks = static_cast<unsigned int>(layout.total_chunks + lag_chunks);
+  args.ready = counters + layout.geometry.total_groups;
+  args.ticket = reinterpret_cast<unsigned int*>(counters + 2 * layout.geometry.total_groups);
+  const auto blocks = static_cast<unsigned int>(layout.geometry.total_chunks + lag_chunks);
   auto* kernel = params.prologue == GroupNormPrologue::kGeluErf ? LaggedGroupNormKernel<true>
                                                                 : LaggedGroupNormKernel<false>;
   size_t shared_bytes = 0;

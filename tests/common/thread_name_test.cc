@@ -21,24 +21,24 @@ std::string KernelThreadName() {
   return name;
 }
 
-TEST(ThreadNameTest, NamesTheCallingThreadOnly) {
-  const std::string before = KernelThreadName();
+// Names a new thread `name` and returns the name the kernel then reports.
+std::string NameInNewThread(const std::string& name) {
   std::string named;
-  std::thread([&named] {
-    NameCurrentThread("fs-test-worker");
+  std::thread([&] {
+    NameCurrentThread(name);
     named = KernelThreadName();
   }).join();
-  EXPECT_EQ(named, "fs-test-worker");
+  return named;
+}
+
+TEST(ThreadNameTest, NamesTheCallingThreadOnly) {
+  const std::string before = KernelThreadName();
+  EXPECT_EQ(NameInNewThread("fs-test-worker"), "fs-test-worker");
   EXPECT_EQ(KernelThreadName(), before);
 }
 
 TEST(ThreadNameTest, CutsNamesToTheFifteenCharactersLinuxKeeps) {
-  std::string named;
-  std::thread([&named] {
-    NameCurrentThread("fsi:gemm_bias_hardtanh_mish_groupnorm_0");
-    named = KernelThreadName();
-  }).join();
-  EXPECT_EQ(named, "fsi:gemm_bias_h");
+  EXPECT_EQ(NameInNewThread("fsi:gemm_bias_hardtanh_mish_groupnorm_0"), "fsi:gemm_bias_h");
 }
 
 }  // namespace
