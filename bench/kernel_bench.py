@@ -109,7 +109,7 @@ def stream_ptr():
   return ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
 
 
-GEMM_ALGORITHMS = {"auto": 0, "small": 1, "sgemm": 2, "tf32x3": 3}
+GEMM_ALGORITHMS = {"auto": 0, "small": 1, "sgemm": 2, "tf32x3": 3, "skinny": 4}
 GROUPNORM_SCHEDULES = {"auto": 0, "two-read": 1, "lagged": 2}
 
 
@@ -245,12 +245,30 @@ def configurations(quick):
     bytes_ = 4 * (n * 64 * 256 * 256 + n * 64 * 258 * 258)
     configs.append((f"A conv n={n}", "A", spec, "tf32", (n, 64, 256, 256), flops, bytes_, None))
   gemm = (8192, 8192, 256, -1.0, 1.0, 1e-5)
-  for n in ([1, 64] if quick else [1, 8, 64, 256, 1024]):
+  for n in ([1, 64] if quick else [1, 2, 4, 8, 16, 32, 48, 64, 256, 1024]):
     flops = 2 * n * 8192 * 8192
     bytes_ = 4 * (n * 8192 * 2 + 8192 * 8192)
+    if n in (2, 4):  # only the crossover between the two small-batch kernels
+      for pinned in ("small", "skinny"):
+        configs.append((f"B gemm n={n} fp32 {pinned}", "B", gemm, "fp32", (n, 8192), flops,
+                        bytes_, {"algorithm": pinned}))
+      continue
     for precision in ("fp32", "tf32"):
       configs.append((f"B gemm n={n} {precision}", "B", gemm, precision, (n, 8192), flops, bytes_,
                       None))
+    # What kAuto does not pick around the serving batches: both small-batch
+    # kernels up to 8 rows, the skinny kernel against SGEMM up to 64.
+    if not quick and n in (1, 8):
+      for pinned in ("small", "skinny"):
+        configs.append((f"B gemm n={n} fp32 {pinned}", "B", gemm, "fp32", (n, 8192), flops,
+                        bytes_, {"algorithm": pinned}))
+    if not quick and n in (16, 32, 48, 64):
+      configs.append((f"B gemm n={n} fp32 sgemm", "B", gemm, "fp32", (n, 8192), flops, bytes_,
+                      {"algorithm": "sgemm"}))
+      configs.append((f"B gemm n={n} fp32 skinny", "B", gemm, "fp32", (n, 8192), flops, bytes_,
+                      {"algorithm": "skinny"}))
+      configs.append((f"B gemm n={n} tf32 skinny", "B", gemm, "tf32", (n, 8192), flops, bytes_,
+                      {"algorithm": "skinny"}))
     if not quick and n in (64, 256):
       pinned = {"algorithm": "tf32x3" if n == 64 else "sgemm"}
       configs.append((f"B gemm n={n} fp32 {pinned['algorithm']}", "B", gemm, "fp32", (n, 8192),

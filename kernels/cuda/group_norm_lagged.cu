@@ -227,6 +227,29 @@ absl::StatusOr<int> SharedMemoryPerSm(int device) {
   return per_sm;
 }
 
+// Raises `kernel`'s dynamic shared-memory limit on `device` to at least
+// `bytes`, calling the runtime only when a launch needs more than was set
+// before (once per device and variant in practice: launches are on the
+// per-batch path).
+absl::Status OptInDynamicShared(const void* kernel, bool gelu, int device, int bytes) {
+  constexpr int kMaxDevices = 64;
+  static std::array<std::array<std::atomic<int>, kMaxDevices>, 2> opted_in{};
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  if (cacheable && opted_in[gelu ? 1 : 0][device].load(std::memory_order_relaxed) >= bytes) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(
+      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                 "GroupNorm (lagged) shared memory cap"));
+  if (cacheable) {
+    std::atomic<int>& slot = opted_in[gelu ? 1 : 0][device];
+    int seen = slot.load(std::memory_order_relaxed);
+    while (seen < bytes && !slot.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t DefaultLagChunks(const GroupNormParams& params) {
@@ -286,10 +309,9 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
     const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
     shared_bytes = share > kPerCtaOverhead ? share - kPerCtaOverhead : 0;
     if (shared_bytes > kDefaultDynamicSharedLimit) {
-      RETURN_IF_ERROR(
-          CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(shared_bytes)),
-                     "GroupNorm (lagged) shared memory cap"));
+      RETURN_IF_ERROR(OptInDynamicShared(reinterpret_cast<const void*>(kernel),
+                                         params.prologue == GroupNormPrologue::kGeluErf, device,
+                                         static_cast<int>(shared_bytes)));
     }
   }
   kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);

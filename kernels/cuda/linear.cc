@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/add_partials.h"
+#include "kernels/cuda/skinny_linear.h"
 #include "kernels/cuda/small_batch_linear.h"
 #include "kernels/cuda/tf32_split.h"
 
@@ -129,11 +131,17 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
   }
   const bool small_batch = SmallBatchLinearSupports(params.batch, params.in_features,
                                                     params.out_features, x, weights.weight);
+  const bool skinny = SkinnyLinearSupports(params.batch, params.in_features,
+                                           params.out_features, x, weights.weight);
   const int64_t slices = SlicesOf(params, options);
   const bool tf32x3 = mode == MathMode::kFp32 && weights.tf32x3_weight != nullptr &&
                       slices > 0 && params.in_features % slices == 0;
   switch (options.algorithm) {
     case LinearAlgorithm::kAuto:
+      if (skinny && mode == MathMode::kFp32 && params.batch >= kSkinnyAutoMinBatch &&
+          params.batch <= kSkinnyAutoMaxBatch) {
+        return LinearAlgorithm::kSkinny;
+      }
       if (small_batch && (mode == MathMode::kFp32 || params.batch <= kSmallBatchTf32MaxBatch)) {
         return LinearAlgorithm::kSmallBatch;
       }
@@ -147,6 +155,14 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
             ", in_features ", params.in_features));
       }
       return LinearAlgorithm::kSmallBatch;
+    case LinearAlgorithm::kSkinny:
+      if (!skinny) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Linear: kSkinny needs batch <= ", kSkinnyLinearMaxBatch, ", in_features % ",
+            kSkinnyLinearStageColumns, " == 0 and 16-byte aligned x and weight; batch ",
+            params.batch, ", in_features ", params.in_features));
+      }
+      return LinearAlgorithm::kSkinny;
     case LinearAlgorithm::kSgemm:
       return LinearAlgorithm::kSgemm;
     case LinearAlgorithm::kTf32x3:
@@ -163,15 +179,22 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
 
 size_t LinearWorkspaceBytes(const LinearParams& params, MathMode mode,
                             const LinearOptions& options) {
-  if (!ValidateLinearParams(params).ok() || mode != MathMode::kFp32) return 0;
-  if (options.algorithm != LinearAlgorithm::kAuto &&
-      options.algorithm != LinearAlgorithm::kTf32x3) {
-    return 0;
+  if (!ValidateLinearParams(params).ok()) return 0;
+  const bool auto_fp32 = options.algorithm == LinearAlgorithm::kAuto && mode == MathMode::kFp32;
+  size_t bytes = 0;
+  if (auto_fp32 || options.algorithm == LinearAlgorithm::kSkinny) {
+    // The largest batch kSkinny can run at or below params.batch.
+    bytes = SkinnyLinearWorkspaceBytes(std::min(params.batch, kSkinnyLinearMaxBatch),
+                                       params.in_features, params.out_features);
   }
   const int64_t slices = SlicesOf(params, options);
-  if (slices <= 0) return 0;
-  return static_cast<size_t>(SplitInputFloats(params) + PartialFloats(params, slices)) *
-         sizeof(float);
+  if ((auto_fp32 || (options.algorithm == LinearAlgorithm::kTf32x3 && mode == MathMode::kFp32)) &&
+      slices > 0) {
+    bytes = std::max(bytes, static_cast<size_t>(SplitInputFloats(params) +
+                                                 PartialFloats(params, slices)) *
+                                sizeof(float));
+  }
+  return bytes;
 }
 
 absl::Status Linear(cublasHandle_t handle, const LinearParams& params, MathMode mode,
@@ -185,6 +208,10 @@ absl::Status Linear(cublasHandle_t handle, const LinearParams& params, MathMode 
   if (algorithm == LinearAlgorithm::kSmallBatch) {
     return SmallBatchLinear(params.batch, params.in_features, params.out_features, x,
                             weights.weight, y, stream);
+  }
+  if (algorithm == LinearAlgorithm::kSkinny) {
+    return SkinnyLinear(params.batch, params.in_features, params.out_features, x, weights.weight,
+                        y, workspace, stream);
   }
   // CUBLAS_COMPUTE_32F still takes TF32 tensor cores when the handle's math
   // mode is CUBLAS_TF32_TENSOR_OP_MATH, so the mode is pinned here.

@@ -6,6 +6,10 @@
 //  - kSmallBatch: our FFMA kernel for small N, one read of W
 //    (small_batch_linear.h); float32-exact, used in both modes (kTf32 only
 //    up to kSmallBatchTf32MaxBatch, where one TF32 pass overtakes it);
+//  - kSkinny: our 3xTF32 tensor-core kernel for serving batches up to
+//    kSkinnyLinearMaxBatch, one read of W, K split over CTAs
+//    (skinny_linear.h); float32 accuracy, kAuto's choice in kFp32 from
+//    kSkinnyAutoMinBatch to kSkinnyAutoMaxBatch;
 //  - kSgemm: cuBLAS, CUBLAS_COMPUTE_32F (FFMA) for kFp32, one TF32 pass
 //    (CUBLAS_COMPUTE_32F_FAST_TF32) for kTf32;
 //  - kTf32x3 (kFp32 only): 3xTF32 on cuBLAS's TF32 tensor cores. x is split
@@ -40,13 +44,21 @@ struct LinearParams {
 
 absl::Status ValidateLinearParams(const LinearParams& params);
 
-enum class LinearAlgorithm { kAuto, kSmallBatch, kSgemm, kTf32x3 };
+enum class LinearAlgorithm { kAuto, kSmallBatch, kSgemm, kTf32x3, kSkinny };
 
 // kAuto's largest kSmallBatch batch in kTf32 mode (kFp32:
 // kSmallBatchLinearMaxBatch). Measured on an H200 at 8192x8192: the kernel
 // takes 0.077 ms at batch 1 and 0.142 at 8, cuBLAS's one TF32 pass ~0.11
 // at any batch up to 8.
 inline constexpr int64_t kSmallBatchTf32MaxBatch = 4;
+
+// kAuto's kSkinny batches in kFp32 (below them kSmallBatch, above them
+// SGEMM). Measured on an H200 at 8192x8192 (bench/kernel_notes.md, v6):
+// kSkinny 0.087 ms at batch 1 to 8 and 0.090 at 16 against kSmallBatch's
+// 0.077 at 1 and 0.105 at 2; 0.129 at 32 and 0.231 at 64 against SGEMM's
+// 0.212 and 0.214.
+inline constexpr int64_t kSkinnyAutoMinBatch = 2;
+inline constexpr int64_t kSkinnyAutoMaxBatch = 48;
 
 // Longest K run of the large 3xTF32 product chained into one accumulator.
 inline constexpr int64_t kTf32x3MaxSliceLength = 1024;
@@ -86,8 +98,9 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
                                                       const LinearOptions& options = {});
 
 // Device scratch Linear may need for `params` in `mode` with `options` (the
-// split x and the slice partials of kTf32x3), for any algorithm kAuto may
-// pick: none in kTf32, which never runs kTf32x3.
+// split x and the slice partials of kTf32x3, the K-slice partials of
+// kSkinny), for any algorithm kAuto may pick at this batch or a smaller one:
+// none in kTf32, which runs neither on its own.
 size_t LinearWorkspaceBytes(const LinearParams& params, MathMode mode,
                             const LinearOptions& options = {});
 

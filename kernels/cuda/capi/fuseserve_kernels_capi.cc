@@ -64,6 +64,7 @@ fuseserve::cuda::LinearOptions LinearOptionsOf(int64_t algorithm, int64_t tf32x3
     case 1: options.algorithm = fuseserve::cuda::LinearAlgorithm::kSmallBatch; break;
     case 2: options.algorithm = fuseserve::cuda::LinearAlgorithm::kSgemm; break;
     case 3: options.algorithm = fuseserve::cuda::LinearAlgorithm::kTf32x3; break;
+    case 4: options.algorithm = fuseserve::cuda::LinearAlgorithm::kSkinny; break;
     default: options.algorithm = fuseserve::cuda::LinearAlgorithm::kAuto; break;
   }
   options.tf32x3_slices = tf32x3_slices;
@@ -123,7 +124,7 @@ void fs_cublas_destroy(void* handle) {
   if (handle != nullptr) cublasDestroy(static_cast<cublasHandle_t>(handle));
 }
 
-// algorithm: 0 auto, 1 small batch, 2 SGEMM / one TF32 pass, 3 3xTF32
+// algorithm: 0 auto, 1 small batch, 2 SGEMM / one TF32 pass, 3 3xTF32, 4 skinny
 // (linear.h LinearAlgorithm); tf32x3_slices 0 = the default.
 int64_t fs_gemm_workspace_bytes(int64_t batch, int64_t in_features, int64_t out_features,
                                 int64_t tf32, int64_t algorithm, int64_t tf32x3_slices) {

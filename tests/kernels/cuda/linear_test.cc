@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
+#include "kernels/cuda/skinny_linear.h"
 #include "kernels/cuda/small_batch_linear.h"
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/ops.h"
@@ -43,6 +45,7 @@ const char* AlgorithmName(LinearAlgorithm algorithm) {
     case LinearAlgorithm::kSmallBatch: return "small batch";
     case LinearAlgorithm::kSgemm: return "sgemm";
     case LinearAlgorithm::kTf32x3: return "3xtf32";
+    case LinearAlgorithm::kSkinny: return "skinny";
   }
   return "?";
 }
@@ -209,6 +212,10 @@ TEST(CudaLinearValidationTest, RejectsInvalidSizesAndNullPointers) {
 // multiple of 4, cudaMalloc-aligned operands, a prepared 3xTF32 weight),
 // as linear.h states the rule.
 LinearAlgorithm AutoChoice(const LinearParams& p, MathMode mode) {
+  if (mode == MathMode::kFp32 && p.batch >= kSkinnyAutoMinBatch &&
+      p.batch <= kSkinnyAutoMaxBatch && p.in_features % kSkinnyLinearStageColumns == 0) {
+    return LinearAlgorithm::kSkinny;
+  }
   const int64_t small_batch_max =
       mode == MathMode::kFp32 ? kSmallBatchLinearMaxBatch : kSmallBatchTf32MaxBatch;
   if (p.batch <= small_batch_max) return LinearAlgorithm::kSmallBatch;
@@ -240,6 +247,9 @@ std::vector<AlgorithmCase> AlgorithmCasesFor(const LinearParams& p) {
     if (p.batch <= kSmallBatchLinearMaxBatch) {
       cases.push_back({mode, Forced(LinearAlgorithm::kSmallBatch), LinearAlgorithm::kSmallBatch});
     }
+    if (p.batch <= kSkinnyLinearMaxBatch && p.in_features % kSkinnyLinearStageColumns == 0) {
+      cases.push_back({mode, Forced(LinearAlgorithm::kSkinny), LinearAlgorithm::kSkinny});
+    }
     cases.push_back({mode, Forced(LinearAlgorithm::kSgemm), LinearAlgorithm::kSgemm});
     cases.push_back({mode, LinearOptions{}, AutoChoice(p, mode)});
   }
@@ -256,9 +266,11 @@ std::vector<AlgorithmCase> AlgorithmCasesFor(const LinearParams& p) {
 // mode's tolerance, on U[0,1) and N(0,1) inputs with PyTorch-like weights
 // U(-1/sqrt(F_in), 1/sqrt(F_in)): 3xTF32 on shapes with 2 and 4 default
 // slices (the slices of 3000 are 750 long: cuBLAS's K slices start at
-// offsets that are not multiples of 4), odd F_out, and every small batch.
+// offsets that are not multiples of 4), odd F_out, every small batch, and
+// skinny batches (padded and not, in one slice and split).
 TEST_F(CudaLinearTest, EachAlgorithmMeetsItsModeToleranceAgainstFloat64) {
-  std::vector<LinearParams> shapes = {{130, 2048, 300}, {131, 3000, 77}};
+  std::vector<LinearParams> shapes = {{130, 2048, 300}, {131, 3000, 77},   {16, 4096, 257},
+                                      {64, 1024, 130},  {kSkinnyAutoMinBatch, 192, 33}};
   for (int64_t batch = 1; batch <= kSmallBatchLinearMaxBatch; ++batch) {
     shapes.push_back({batch, 4096, 257});
   }
@@ -334,6 +346,8 @@ TEST_F(CudaLinearTest, RejectsWhatCannotRunWithoutWritingTheOutput) {
             static_cast<char*>(ws) + 4, tf32x3},
            {"small batch at batch 130", MathMode::kFp32, x, weights, out, ws,
             Forced(LinearAlgorithm::kSmallBatch)},
+           {"skinny at batch 130", MathMode::kFp32, x, weights, out, ws,
+            Forced(LinearAlgorithm::kSkinny)},
            {"null x", MathMode::kFp32, nullptr, weights, out, ws, LinearOptions{}},
            {"null weight", MathMode::kFp32, x, LinearWeights{nullptr, dprepared.as<float>()}, out,
             ws, LinearOptions{}},
@@ -395,26 +409,54 @@ TEST(LinearAlgorithmTest, Tf32x3SlicesAreTheFewestPowerOfTwoWithinTheMaxSliceLen
   }
 }
 
-TEST(LinearAlgorithmTest, AutoPicksSmallBatchForUpToEightAlignedRowsOfFloat4) {
+TEST(LinearAlgorithmTest, AutoPicksSmallBatchUpToEightAlignedRowsWhereSkinnyDoesNot) {
   for (int64_t batch = 1; batch <= kSmallBatchLinearMaxBatch; ++batch) {
     for (MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
       for (const LinearWeights& weights : {kPrepared, kUnprepared}) {
         SCOPED_TRACE(absl::StrCat("batch ", batch, " ", ModeName(mode)));
-        // kTf32 leaves batches past kSmallBatchTf32MaxBatch to one TF32 pass.
+        // kTf32 leaves batches past kSmallBatchTf32MaxBatch to one TF32 pass;
+        // kFp32 gives those from kSkinnyAutoMinBatch to kSkinny where it runs
+        // (in_features 8192, not 4).
         const LinearAlgorithm expected =
             mode == MathMode::kTf32 && batch > kSmallBatchTf32MaxBatch ? LinearAlgorithm::kSgemm
                                                                       : LinearAlgorithm::kSmallBatch;
-        ExpectSelects(Select(batch, 8192, mode, weights), expected);
+        const LinearAlgorithm expected_8192 =
+            mode == MathMode::kFp32 && batch >= kSkinnyAutoMinBatch ? LinearAlgorithm::kSkinny
+                                                                    : expected;
+        ExpectSelects(Select(batch, 8192, mode, weights), expected_8192);
         ExpectSelects(Select(batch, 4, mode, weights), expected);
       }
     }
   }
 }
 
-TEST(LinearAlgorithmTest, AutoPicksSgemmWhereSmallBatchCannotRunBelowTf32x3MinBatch) {
+TEST(LinearAlgorithmTest, AutoPicksSkinnyInFp32BetweenItsBatchBoundsOnWholeStages) {
+  for (int64_t batch : {kSkinnyAutoMinBatch, kSmallBatchLinearMaxBatch, int64_t{16},
+                        kSkinnyAutoMaxBatch}) {
+    for (int64_t in_features : {8192, 64, 192}) {
+      for (const LinearWeights& weights : {kPrepared, kUnprepared}) {
+        SCOPED_TRACE(absl::StrCat("batch ", batch, " in_features ", in_features));
+        ExpectSelects(Select(batch, in_features, MathMode::kFp32, weights),
+                      LinearAlgorithm::kSkinny);
+        // kTf32 keeps its own rule (kSmallBatch, then one TF32 pass):
+        // kSkinny is only taken when pinned there.
+        ExpectSelects(Select(batch, in_features, MathMode::kTf32, weights),
+                      batch <= kSmallBatchTf32MaxBatch ? LinearAlgorithm::kSmallBatch
+                                                       : LinearAlgorithm::kSgemm);
+      }
+    }
+  }
+}
+
+TEST(LinearAlgorithmTest, AutoPicksSgemmWhereSmallBatchAndSkinnyCannotRunBelowTf32x3MinBatch) {
+  ExpectSelects(Select(kSmallBatchLinearMaxBatch + 1, 8192, MathMode::kTf32),
+                LinearAlgorithm::kSgemm);
+  ExpectSelects(Select(16, 1000, MathMode::kFp32), LinearAlgorithm::kSgemm);  // not whole stages
+  ExpectSelects(Select(16, 8192, MathMode::kFp32, kPrepared, {}, kX + 1), LinearAlgorithm::kSgemm);
   for (MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
     SCOPED_TRACE(ModeName(mode));
-    ExpectSelects(Select(kSmallBatchLinearMaxBatch + 1, 8192, mode), LinearAlgorithm::kSgemm);
+    ExpectSelects(Select(kSkinnyAutoMaxBatch + 1, 8192, mode), LinearAlgorithm::kSgemm);
+    ExpectSelects(Select(kSkinnyLinearMaxBatch + 1, 8192, mode), LinearAlgorithm::kSgemm);
     ExpectSelects(Select(kTf32x3MinBatch - 1, 8192, mode), LinearAlgorithm::kSgemm);
     ExpectSelects(Select(1, 1030, mode), LinearAlgorithm::kSgemm);  // in_features % 4 == 2
     ExpectSelects(Select(1, 1027, mode), LinearAlgorithm::kSgemm);
@@ -459,6 +501,10 @@ TEST(LinearAlgorithmTest, ExplicitAlgorithmsRunWhereTheirConditionsHold) {
                   LinearAlgorithm::kSgemm);
     ExpectSelects(Select(8, 4, mode, kUnprepared, Forced(LinearAlgorithm::kSmallBatch)),
                   LinearAlgorithm::kSmallBatch);
+    ExpectSelects(Select(1, 64, mode, kUnprepared, Forced(LinearAlgorithm::kSkinny)),
+                  LinearAlgorithm::kSkinny);
+    ExpectSelects(Select(64, 8192, mode, kPrepared, Forced(LinearAlgorithm::kSkinny)),
+                  LinearAlgorithm::kSkinny);
   }
   // kTf32x3 below kTf32x3MinBatch, and with slice counts other than the
   // default, including one longer than kTf32x3MaxSliceLength.
@@ -487,6 +533,12 @@ TEST(LinearAlgorithmTest, ExplicitAlgorithmsThatCannotRunAreInvalidArguments) {
     ExpectInvalid(Select(1, 1030, mode, kPrepared, small_batch));
     ExpectInvalid(Select(1, 8192, mode, kPrepared, small_batch, kX + 1));
     ExpectInvalid(Select(1, 8192, mode, LinearWeights{kBuffer + 18, nullptr}, small_batch));
+    const LinearOptions skinny = Forced(LinearAlgorithm::kSkinny);
+    ExpectInvalid(Select(kSkinnyLinearMaxBatch + 1, 8192, mode, kPrepared, skinny));
+    ExpectInvalid(Select(16, 1000, mode, kPrepared, skinny));
+    ExpectInvalid(Select(16, 32, mode, kPrepared, skinny));
+    ExpectInvalid(Select(16, 8192, mode, kPrepared, skinny, kX + 2));
+    ExpectInvalid(Select(16, 8192, mode, LinearWeights{kBuffer + 17, nullptr}, skinny));
   }
 }
 
@@ -528,7 +580,28 @@ TEST(LinearWorkspaceTest, Tf32x3HoldsTheSplitInputAndTheSlicePartials) {
   }
 }
 
-// kTf32 never runs kTf32x3, so kAuto reserves nothing there.
+// The K-slice partials of the largest batch kSkinny may run at or below
+// params.batch, whether kSkinny is forced (either mode) or kAuto may pick
+// it (kFp32).
+TEST(LinearWorkspaceTest, SkinnyHoldsItsSlicePartials) {
+  for (const LinearParams& p : std::vector<LinearParams>{
+           {1, 256, 131}, {16, 8192, 8192}, {64, 4096, 257}, {1024, 8192, 8192}}) {
+    SCOPED_TRACE(absl::StrCat(p.batch, "x", p.in_features, "x", p.out_features));
+    const size_t needed = SkinnyLinearWorkspaceBytes(std::min(p.batch, kSkinnyLinearMaxBatch),
+                                                     p.in_features, p.out_features);
+    ASSERT_GT(needed, 0u);
+    for (MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
+      EXPECT_EQ(LinearWorkspaceBytes(p, mode, Forced(LinearAlgorithm::kSkinny)), needed);
+    }
+    EXPECT_GE(LinearWorkspaceBytes(p, MathMode::kFp32), needed);
+  }
+  // One slice: straight into y.
+  EXPECT_EQ(LinearWorkspaceBytes(LinearParams{16, 192, 5}, MathMode::kFp32,
+                                 Forced(LinearAlgorithm::kSkinny)),
+            0u);
+}
+
+// kTf32 never runs kTf32x3 or kSkinny on its own, so kAuto reserves nothing there.
 TEST(LinearWorkspaceTest, Tf32ModeNeedsNone) {
   EXPECT_EQ(LinearWorkspaceBytes(LinearParams{1024, 8192, 8192}, MathMode::kTf32), 0u);
   EXPECT_GT(LinearWorkspaceBytes(LinearParams{1024, 8192, 8192}, MathMode::kFp32), 0u);
