@@ -81,11 +81,13 @@ def by_name(before, after, window_s, inferences):
           if e["seconds"] > 0}
 
 
-def measure_run(cli, url, model, concurrency, args, stem):
-  """One bench run sampled in the middle of its window: the split."""
+def measure_run(cli, url, model, concurrency, args, stem, extra=()):
+  """One bench run sampled in the middle of its window: the split. extra:
+  more bench flags."""
   command = cli.command("bench", model, "--url", url, "--concurrency", str(concurrency),
                         "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
-                        "--channels", str(args.channels), "--json", stem + ".json", "--quiet")
+                        "--channels", str(args.channels), "--json", stem + ".json", "--quiet",
+                        *extra)
   with open(stem + ".txt", "w") as out:
     client = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=cli.env)
     try:
@@ -159,6 +161,9 @@ def parse_args(argv):
   parser.add_argument("--quick", action="store_true", help="the small repository")
   parser.add_argument("--instances", type=int, default=0,
                       help="instance_group count of every model (default: the repository's)")
+  parser.add_argument("--shared-memory", action="store_true",
+                      help="pass tensors through Triton's system shared memory (bench "
+                           "--shared-memory system) instead of the gRPC messages")
   parser.add_argument("--queue-delay-us", type=int, default=-1,
                       help="max_queue_delay_microseconds of every batching model "
                            "(default: the repository's)")
@@ -173,6 +178,7 @@ def parse_args(argv):
       parser.error("--run %s: expected LABEL:CONCURRENCY" % spec)
     args.runs.append((label, int(concurrency)))
   args.repository = ""  # what serving_bench's repository helper reads
+  args.compare_one_gpu = False  # and its configuration planner
   return args
 
 
@@ -186,6 +192,8 @@ def run(args):
     reconfigure(repository, args.instances, args.queue_delay_us)
     models = {c.label: by_family[c.family] for c in sb.CONFIGURATIONS}
     models["gemm_nobatch"] = nobatch
+    plans = sb.plan_configurations(args, repository, by_family)
+    plans["gemm_nobatch"] = plans["gemm"]
     unknown = [label for label, _ in args.runs if label not in models]
     if unknown:
       raise sb.BenchError("unknown --run label(s) %s; known: %s" % (
@@ -193,14 +201,19 @@ def run(args):
     server = sb.ServerProcess(
         sb.FUSESERVE, os.path.join(args.logs, sb.FUSESERVE),
         lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
-                           "--metrics-port=0", "--port-file=" + port_file], cli.env)
+                           "--metrics-port=0", "--allow-shared-memory=true",
+                           "--port-file=" + port_file], cli.env)
     url = "127.0.0.1:%d" % server.start()
     args.server_pid = server.process.pid
     try:
       server.wait_ready(cli, url, sorted({models[label] for label, _ in args.runs}))
       for label, concurrency in args.runs:
-        stem = os.path.join(args.logs, "%s-c%d" % (label, concurrency))
-        results.append(measure_run(cli, url, models[label], concurrency, args, stem))
+        stem = os.path.join(args.logs, "%s-c%d%s" % (label, concurrency,
+                                                     "-shm" if args.shared_memory else ""))
+        # Output regions are sized for one request's output.
+        extra = (("--shared-memory", "system", "--output-shared-memory-size",
+                  str(plans[label]["output_bytes"])) if args.shared_memory else ())
+        results.append(measure_run(cli, url, models[label], concurrency, args, stem, extra))
         print(format_result(results[-1]), flush=True)
     finally:
       exit_code = server.stop()
@@ -209,6 +222,8 @@ def run(args):
   with open(args.out, "w") as f:
     json.dump({"settings": {"warmup_s": args.warmup_s, "duration_s": args.duration_s,
                             "channels": args.channels, "quick": args.quick,
+                            "tensors": ("system shared memory" if args.shared_memory
+                                        else "gRPC messages"),
                             "instances": args.instances or "repository's",
                             "queue_delay_us": (args.queue_delay_us if args.queue_delay_us >= 0
                                                else "repository's"),

@@ -46,12 +46,32 @@ __device__ __forceinline__ Tf32Pair Split(float value) {
   return {big, Tf32Bits(value - __uint_as_float(big))};
 }
 
+// x's halves, and `cross` = big where it is finite, else 0: the operand of
+// the cross product with W's small half, so that a non-finite input reaches
+// the result only through big * big, as through a float32 product (an Inf
+// meets each weight once, not also the weight's remainder, whose sign may
+// differ: Inf - Inf would give NaN). Weights are finite (model weights):
+// a non-finite weight gives NaN where float32 may give Inf, and so does an
+// input within 2^-11 of the largest float (its TF32 rounding is Inf).
+struct InputHalves {
+  uint32_t big;
+  uint32_t small;
+  uint32_t cross;
+};
+
+__device__ __forceinline__ InputHalves SplitInput(float value) {
+  const Tf32Pair pair = Split(value);
+  const bool finite = (pair.big & 0x7f800000u) != 0x7f800000u;
+  return {pair.big, finite ? pair.small : 0u, finite ? pair.big : 0u};
+}
+
 // Block (bx, s) computes rows [128 bx, 128 bx + 128) of y over K slice s
 // ([s k_per_block, (s + 1) k_per_block)) into out + s * batch * F_out, on
 // the tensor cores in 3xTF32 (big*big into one accumulator, the two cross
 // products into another, added at the end: float32 accuracy at K slices of
-// up to kSkinnyLinearMaxSliceColumns). kTiles: 16-row tiles of x (batch
-// padded to 16 kTiles; rows past `batch` are staged as zeros and dropped).
+// up to kSkinnyLinearMaxSliceColumns; non-finite inputs as in float32, see
+// SplitInput). kTiles: 16-row tiles of x (batch padded to 16 kTiles; rows
+// past `batch` are staged as zeros and dropped).
 //
 // Lane (r = lane / 4, q = lane % 4) loads W[row r of group g][16 s + 4 q,
 // +4) per step s (four lanes read 64 contiguous bytes of a row). The MMA's
@@ -147,18 +167,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           // A fragment {row r, row r + 8} x {k = q, k = q + 4}.
-          const Tf32Pair a0 = Split(upper_values[2 * h]);
-          const Tf32Pair a1 = Split(lower_values[2 * h]);
-          const Tf32Pair a2 = Split(upper_values[2 * h + 1]);
-          const Tf32Pair a3 = Split(lower_values[2 * h + 1]);
+          const InputHalves a0 = SplitInput(upper_values[2 * h]);
+          const InputHalves a1 = SplitInput(lower_values[2 * h]);
+          const InputHalves a2 = SplitInput(upper_values[2 * h + 1]);
+          const InputHalves a3 = SplitInput(lower_values[2 * h + 1]);
           const uint32_t a_big[4] = {a0.big, a1.big, a2.big, a3.big};
           const uint32_t a_small[4] = {a0.small, a1.small, a2.small, a3.small};
+          const uint32_t a_cross[4] = {a0.cross, a1.cross, a2.cross, a3.cross};
 #pragma unroll
           for (int g = 0; g < kGroupsPerWarp; ++g) {
             const uint32_t bb[2] = {b_big[g][h][0], b_big[g][h][1]};
             const uint32_t bs[2] = {b_small[g][h][0], b_small[g][h][1]};
             MmaTf32(big[t][g], a_big, bb);
-            MmaTf32(cross[t][g], a_big, bs);
+            MmaTf32(cross[t][g], a_cross, bs);
             MmaTf32(cross[t][g], a_small, bb);
           }
         }

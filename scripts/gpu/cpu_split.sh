@@ -4,6 +4,7 @@
 # server and client CPU per inference split by thread name. JSON and logs to $OUT.
 #   scripts/gpu/cpu_split.sh                                  # gemm and gemm_nobatch at c64
 #   scripts/gpu/cpu_split.sh --run conv:16 --duration-s 10    # any bench/cpu_split.py flag
+#   scripts/gpu/cpu_split.sh --shared-memory                  # tensors through system shm
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/unpack_package.sh

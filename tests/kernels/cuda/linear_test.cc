@@ -85,7 +85,8 @@ std::vector<unsigned char> BytesAt(const void* device, size_t bytes) {
 class CudaLinearTest : public GpuCublasTest {
  protected:
 
-  // y = x W^T on the GPU, into a NaN-poisoned output.
+  // y = x W^T on the GPU (kAuto, with the workspace it asks for), into a
+  // NaN-poisoned output.
   std::vector<float> Run(const LinearParams& params, MathMode mode, const std::vector<float>& x,
                          const std::vector<float>& weight) {
     DeviceBuffer dx = ToDevice(x);
@@ -93,11 +94,15 @@ class CudaLinearTest : public GpuCublasTest {
     auto dy = DeviceBuffer::Allocate(params.batch * params.out_features * sizeof(float));
     EXPECT_TRUE(dy.ok());
     if (!dy.ok()) return {};
+    const size_t workspace_bytes = LinearWorkspaceBytes(params, mode);
+    auto workspace = DeviceBuffer::Allocate(std::max<size_t>(workspace_bytes, 16));
+    EXPECT_TRUE(workspace.ok()) << workspace.status();
+    if (!workspace.ok()) return {};
     EXPECT_EQ(cudaMemset(dy->data(), 0xFF, dy->bytes()), cudaSuccess);
     FinishUploads();
     const absl::Status status = Linear(handle_, params, mode, dx.as<float>(),
                                        LinearWeights{dw.as<float>(), nullptr}, dy->as<float>(),
-                                       /*workspace=*/nullptr, stream_.get());
+                                       workspace->data(), stream_.get());
     EXPECT_TRUE(status.ok()) << status;
     EXPECT_TRUE(stream_.Synchronize().ok());
     return ToHost(*dy, params.batch * params.out_features);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "kernels/reference/test_data.h"
 #include "tests/kernels/cuda/device_copy.h"
 #include "tests/kernels/cuda/gpu_test_fixtures.h"
+#include "tests/kernels/cuda/linear_argument_cases.h"
 
 namespace fuseserve::cuda {
 namespace {
@@ -134,6 +136,42 @@ TEST_F(CudaSkinnyLinearTest, ComputesRowMajorXTimesWeightTransposedExactly) {
   }
 }
 
+// Non-finite inputs behave as in a float32 product: a NaN makes its row
+// NaN; an Inf makes each output of its row an Inf of the sign of input x
+// weight (not NaN from also meeting the weight's TF32 remainder, whose sign
+// may differ). 256 in_features run in 4 slices, so the Inf also passes
+// through the slice sums.
+TEST_F(CudaSkinnyLinearTest, PropagatesNanAndInfLikeFloat32) {
+  constexpr int64_t kBatch = 4;
+  constexpr int64_t kIn = 256;
+  constexpr int64_t kOut = 40;
+  ASSERT_GT(SkinnyLinearSlices(kIn, kOut), 1);
+  std::vector<float> weight = reference::RandomUniform(kOut * kIn, 950, -1.0f, 1.0f);
+  for (float& w : weight) {
+    if (w == 0.0f) w = 0.5f;  // the Inf's product must not be Inf * 0
+  }
+  std::vector<float> x = reference::RandomNormal(kBatch * kIn, 951);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  x[0 * kIn + 17] = std::numeric_limits<float>::quiet_NaN();
+  x[1 * kIn + 3] = kInf;
+  x[2 * kIn + 200] = -kInf;
+  const std::vector<float> y = Run(kBatch, kIn, kOut, x, weight);
+  ASSERT_EQ(y.size(), static_cast<size_t>(kBatch * kOut));
+  for (int64_t o = 0; o < kOut; ++o) {
+    EXPECT_TRUE(std::isnan(y[0 * kOut + o])) << "NaN row, output " << o;
+    EXPECT_EQ(y[1 * kOut + o], weight[o * kIn + 3] > 0 ? kInf : -kInf) << "+Inf row, output " << o;
+    EXPECT_EQ(y[2 * kOut + o], weight[o * kIn + 200] > 0 ? -kInf : kInf)
+        << "-Inf row, output " << o;
+  }
+  const std::vector<float> finite_row(x.begin() + 3 * kIn, x.end());
+  const std::vector<double> expected =
+      reference::Linear(reference::LinearShape{1, kIn, kOut}, finite_row.data(), weight.data(),
+                        static_cast<const float*>(nullptr));
+  const std::vector<float> last_row(y.begin() + 3 * kOut, y.end());
+  const ErrorStats error = CompareToReference(last_row, expected);
+  EXPECT_TRUE(error.Within(kFp32Tolerance)) << "finite row: " << error;
+}
+
 // The slices are summed in a fixed order: two runs agree bit for bit.
 TEST_F(CudaSkinnyLinearTest, RepeatsBitwise) {
   constexpr int64_t kBatch = 24;
@@ -166,7 +204,8 @@ TEST(SkinnyLinearSlicesTest, WorkspaceHoldsOnePartialPerSlice) {
 }
 
 // Host pointers stand in for device ones: only their addresses are read.
-alignas(16) const float kBuffer[64] = {};
+const float* const kBuffer = kHostOperands;
+using RejectedCase = LinearArgumentCase;
 
 TEST(SkinnyLinearSupportsTest, AcceptsBatchesUpTo64WithWholeStagesOfAlignedRows) {
   const float* x = kBuffer;
@@ -176,15 +215,6 @@ TEST(SkinnyLinearSupportsTest, AcceptsBatchesUpTo64WithWholeStagesOfAlignedRows)
   EXPECT_TRUE(SkinnyLinearSupports(33, 192, 333, x, w));
   EXPECT_TRUE(SkinnyLinearSupports(1, 64, 1, x + 4, w + 8));  // still 16-byte aligned
 }
-
-struct RejectedCase {
-  const char* name;
-  int64_t batch;
-  int64_t in_features;
-  int64_t out_features;
-  const float* x;
-  const float* weight;
-};
 
 std::vector<RejectedCase> RejectedCases() {
   const float* x = kBuffer;

@@ -15,6 +15,7 @@
 #include "kernels/reference/test_data.h"
 #include "tests/kernels/cuda/device_copy.h"
 #include "tests/kernels/cuda/gpu_test_fixtures.h"
+#include "tests/kernels/cuda/linear_argument_cases.h"
 
 namespace fuseserve::cuda {
 namespace {
@@ -94,7 +95,8 @@ TEST_F(CudaSmallBatchLinearTest, ComputesRowMajorXTimesWeightTransposedExactly) 
 }
 
 // Host pointers stand in for device ones: only their addresses are read.
-alignas(16) const float kBuffer[64] = {};
+const float* const kBuffer = kHostOperands;
+using RejectedCase = LinearArgumentCase;
 
 TEST(SmallBatchLinearSupportsTest, AcceptsBatchesUpToEightWithAlignedRowsOfFloat4) {
   const float* x = kBuffer;
@@ -104,15 +106,6 @@ TEST(SmallBatchLinearSupportsTest, AcceptsBatchesUpToEightWithAlignedRowsOfFloat
   EXPECT_TRUE(SmallBatchLinearSupports(5, 1000, 333, x, w));
   EXPECT_TRUE(SmallBatchLinearSupports(1, 4, 1, x + 4, w + 8));  // still 16-byte aligned
 }
-
-struct RejectedCase {
-  const char* name;
-  int64_t batch;
-  int64_t in_features;
-  int64_t out_features;
-  const float* x;
-  const float* weight;
-};
 
 std::vector<RejectedCase> RejectedCases() {
   const float* x = kBuffer;
