@@ -159,8 +159,10 @@ absl::StatusOr<LinearAlgorithm> SelectLinearAlgorithm(const LinearParams& params
       if (!skinny) {
         return absl::InvalidArgumentError(absl::StrCat(
             "Linear: kSkinny needs batch <= ", kSkinnyLinearMaxBatch, ", in_features % ",
-            kSkinnyLinearStageColumns, " == 0 and 16-byte aligned x and weight; batch ",
-            params.batch, ", in_features ", params.in_features));
+            kSkinnyLinearStageColumns, " == 0 in K slices of at most ",
+            kSkinnyLinearMaxSliceColumns, " and 16-byte aligned x and weight; batch ",
+            params.batch, ", in_features ", params.in_features, ", out_features ",
+            params.out_features));
       }
       return LinearAlgorithm::kSkinny;
     case LinearAlgorithm::kSgemm:

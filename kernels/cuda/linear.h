@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/math_mode.h"
+#include "kernels/cuda/skinny_linear.h"
 
 namespace fuseserve::cuda {
 
@@ -54,12 +55,11 @@ inline constexpr int64_t kSmallBatchTf32MaxBatch = 4;
 
 // kAuto's kSkinny batches in kFp32 (below them kSmallBatch, above them
 // SGEMM). Measured on an H200 at 8192x8192 (bench/kernel_notes.md, v6):
-// kSkinny takes 0.106 ms from 1 to 16 rows, 0.164 at 32 and 0.221 at 48;
-// kSmallBatch 0.077 at 1, 0.106 at 2, 0.113 at 4 and 0.141 at 8 (it is
-// float32 FFMA, so it keeps the tie at 2); SGEMM 0.152 at 16, 0.211 at 32
-// and 0.214 at 48 and 64.
-inline constexpr int64_t kSkinnyAutoMinBatch = 3;
-inline constexpr int64_t kSkinnyAutoMaxBatch = 32;
+// kSkinny takes 0.092-0.094 ms from 1 to 16 rows, 0.133 at 32 and 0.207 at
+// 48; kSmallBatch 0.076 at 1, 0.106 at 2 and 0.142 at 8; SGEMM 0.151 at
+// 16, 0.211 at 32 and 0.213-0.214 at 48 and 64.
+inline constexpr int64_t kSkinnyAutoMinBatch = 2;
+inline constexpr int64_t kSkinnyAutoMaxBatch = kSkinnyLinearMaxBatch;
 
 // Longest K run of the large 3xTF32 product chained into one accumulator.
 inline constexpr int64_t kTf32x3MaxSliceLength = 1024;

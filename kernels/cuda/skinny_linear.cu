@@ -33,9 +33,28 @@ constexpr int kStageStride = kStageColumns + 16;
 constexpr int64_t kTargetBlocks = 512;
 static_assert(kSkinnyLinearMaxBatch % kTileRows == 0, "the padded batches cover the maximum");
 
-// TF32 halves of a float32 value for the 3xTF32 product: big = the value
-// rounded to TF32, small = the remainder rounded to TF32 (x = big + small to
-// ~2^-22 relative).
+// The TF32 halves of one staged x value, as the MMAs read them: `big` =
+// the value rounded to TF32 and `small` = the remainder rounded to TF32
+// (x = big + small to ~2^-22 relative). Where the rounding is not finite
+// (Inf, NaN, or a value within 2^-11 of the largest float), big is 0 and
+// small holds the value itself (a NaN as the canonical quiet NaN, which the
+// MMA's truncation to TF32 keeps a NaN): it then reaches the result once,
+// through small * W_big, as through a float32 product, and never meets
+// W's small half, whose sign may differ from W_big's (Inf - Inf would give
+// NaN). Weights are finite (model weights): a non-finite weight gives NaN
+// where float32 may give Inf.
+__device__ __forceinline__ void SplitStaged(float value, float& big, float& small) {
+  const uint32_t rounded = Tf32Bits(value);
+  if ((rounded & 0x7f800000u) != 0x7f800000u) {
+    big = __uint_as_float(rounded);
+    small = __uint_as_float(Tf32Bits(value - big));
+  } else {
+    big = 0.0f;
+    small = value != value ? __uint_as_float(0x7fc00000u) : value;
+  }
+}
+
+// W's halves (rounded to nearest TF32, like x's).
 struct Tf32Pair {
   uint32_t big;
   uint32_t small;
@@ -46,32 +65,18 @@ __device__ __forceinline__ Tf32Pair Split(float value) {
   return {big, Tf32Bits(value - __uint_as_float(big))};
 }
 
-// x's halves, and `cross` = big where it is finite, else 0: the operand of
-// the cross product with W's small half, so that a non-finite input reaches
-// the result only through big * big, as through a float32 product (an Inf
-// meets each weight once, not also the weight's remainder, whose sign may
-// differ: Inf - Inf would give NaN). Weights are finite (model weights):
-// a non-finite weight gives NaN where float32 may give Inf, and so does an
-// input within 2^-11 of the largest float (its TF32 rounding is Inf).
-struct InputHalves {
-  uint32_t big;
-  uint32_t small;
-  uint32_t cross;
-};
-
-__device__ __forceinline__ InputHalves SplitInput(float value) {
-  const Tf32Pair pair = Split(value);
-  const bool finite = (pair.big & 0x7f800000u) != 0x7f800000u;
-  return {pair.big, finite ? pair.small : 0u, finite ? pair.big : 0u};
-}
-
 // Block (bx, s) computes rows [128 bx, 128 bx + 128) of y over K slice s
 // ([s k_per_block, (s + 1) k_per_block)) into out + s * batch * F_out, on
 // the tensor cores in 3xTF32 (big*big into one accumulator, the two cross
 // products into another, added at the end: float32 accuracy at K slices of
 // up to kSkinnyLinearMaxSliceColumns; non-finite inputs as in float32, see
-// SplitInput). kTiles: 16-row tiles of x (batch padded to 16 kTiles; rows
+// SplitStaged). kTiles: 16-row tiles of x (batch padded to 16 kTiles; rows
 // past `batch` are staged as zeros and dropped).
+//
+// x is split once per CTA: each stage lands in xs by cp.async
+// (double-buffered), then the CTA rewrites it in place as the big halves
+// and writes the small halves to x_small, so that the 8 warps that read
+// the stage do no conversion.
 //
 // Lane (r = lane / 4, q = lane % 4) loads W[row r of group g][16 s + 4 q,
 // +4) per step s (four lanes read 64 contiguous bytes of a row). The MMA's
@@ -85,7 +90,8 @@ __global__ void __launch_bounds__(kThreads)
                        float* __restrict__ out, int batch, int in_features, int out_features,
                        int k_per_block) {
   constexpr int kBatch = kTiles * kTileRows;
-  __shared__ alignas(16) float xs[2][kBatch][kStageStride];
+  __shared__ alignas(16) float xs[2][kBatch][kStageStride];  // raw, then the big halves
+  __shared__ alignas(16) float x_small[kBatch][kStageStride];
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int r = lane / 4;
@@ -118,6 +124,24 @@ __global__ void __launch_bounds__(kThreads)
     CpAsyncCommit();
   };
 
+  // xs[buffer] -> the big halves in place, x_small the small halves.
+  const auto split_stage = [&](int buffer) {
+    for (int i = static_cast<int>(threadIdx.x); i < kBatch * kStageVectors; i += kThreads) {
+      const int n = i / kStageVectors;
+      const int c = i % kStageVectors * 4;
+      float4* big4 = reinterpret_cast<float4*>(&xs[buffer][n][c]);
+      const float4 value = *big4;
+      float4 big_half;
+      float4 small_half;
+      SplitStaged(value.x, big_half.x, small_half.x);
+      SplitStaged(value.y, big_half.y, small_half.y);
+      SplitStaged(value.z, big_half.z, small_half.z);
+      SplitStaged(value.w, big_half.w, small_half.w);
+      *big4 = big_half;
+      *reinterpret_cast<float4*>(&x_small[n][c]) = small_half;
+    }
+  };
+
   float big[kTiles][kGroupsPerWarp][4];
   float cross[kTiles][kGroupsPerWarp][4];
   ZeroAccumulators(big);
@@ -137,10 +161,13 @@ __global__ void __launch_bounds__(kThreads)
     }
     CpAsyncWait<0>();
     // Stage `stage` is visible to all, and every warp is done with the
-    // buffer the next copy overwrites (read in the previous iteration).
+    // buffer the next copy overwrites and with x_small (both read in the
+    // previous iteration).
     __syncthreads();
     if (stage + 1 < stages) load_stage(stage + 1, (stage + 1) & 1);
-    const float(*x_stage)[kStageStride] = xs[stage & 1];
+    split_stage(stage & 1);
+    __syncthreads();
+    const float(*x_big)[kStageStride] = xs[stage & 1];
 #pragma unroll
     for (int s = 0; s < kStepsPerStage; ++s) {
       // B fragments: {column 4q + 2h, 4q + 2h + 1} of each group's row r.
@@ -158,28 +185,30 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
-        const float4 upper =
-            *reinterpret_cast<const float4*>(&x_stage[t * kTileRows + r][s * kStepColumns + q * 4]);
-        const float4 lower = *reinterpret_cast<const float4*>(
-            &x_stage[t * kTileRows + r + 8][s * kStepColumns + q * 4]);
-        const float upper_values[4] = {upper.x, upper.y, upper.z, upper.w};
-        const float lower_values[4] = {lower.x, lower.y, lower.z, lower.w};
+        const int upper_row = t * kTileRows + r;
+        const int column = s * kStepColumns + q * 4;
+        const float4 big_upper = *reinterpret_cast<const float4*>(&x_big[upper_row][column]);
+        const float4 big_lower = *reinterpret_cast<const float4*>(&x_big[upper_row + 8][column]);
+        const float4 small_upper = *reinterpret_cast<const float4*>(&x_small[upper_row][column]);
+        const float4 small_lower =
+            *reinterpret_cast<const float4*>(&x_small[upper_row + 8][column]);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           // A fragment {row r, row r + 8} x {k = q, k = q + 4}.
-          const InputHalves a0 = SplitInput(upper_values[2 * h]);
-          const InputHalves a1 = SplitInput(lower_values[2 * h]);
-          const InputHalves a2 = SplitInput(upper_values[2 * h + 1]);
-          const InputHalves a3 = SplitInput(lower_values[2 * h + 1]);
-          const uint32_t a_big[4] = {a0.big, a1.big, a2.big, a3.big};
-          const uint32_t a_small[4] = {a0.small, a1.small, a2.small, a3.small};
-          const uint32_t a_cross[4] = {a0.cross, a1.cross, a2.cross, a3.cross};
+          const uint32_t a_big[4] = {__float_as_uint(h == 0 ? big_upper.x : big_upper.z),
+                                     __float_as_uint(h == 0 ? big_lower.x : big_lower.z),
+                                     __float_as_uint(h == 0 ? big_upper.y : big_upper.w),
+                                     __float_as_uint(h == 0 ? big_lower.y : big_lower.w)};
+          const uint32_t a_small[4] = {__float_as_uint(h == 0 ? small_upper.x : small_upper.z),
+                                       __float_as_uint(h == 0 ? small_lower.x : small_lower.z),
+                                       __float_as_uint(h == 0 ? small_upper.y : small_upper.w),
+                                       __float_as_uint(h == 0 ? small_lower.y : small_lower.w)};
 #pragma unroll
           for (int g = 0; g < kGroupsPerWarp; ++g) {
             const uint32_t bb[2] = {b_big[g][h][0], b_big[g][h][1]};
             const uint32_t bs[2] = {b_small[g][h][0], b_small[g][h][1]};
             MmaTf32(big[t][g], a_big, bb);
-            MmaTf32(cross[t][g], a_cross, bs);
+            MmaTf32(cross[t][g], a_big, bs);
             MmaTf32(cross[t][g], a_small, bb);
           }
         }
@@ -229,10 +258,8 @@ absl::Status LaunchPadded(int64_t batch, int64_t in_features, int64_t out_featur
       return Launch<1>(batch, in_features, out_features, slices, x, weight, out, stream);
     case 2:
       return Launch<2>(batch, in_features, out_features, slices, x, weight, out, stream);
-    case 3:
-      return Launch<3>(batch, in_features, out_features, slices, x, weight, out, stream);
     default:
-      return Launch<4>(batch, in_features, out_features, slices, x, weight, out, stream);
+      return Launch<3>(batch, in_features, out_features, slices, x, weight, out, stream);
   }
 }
 

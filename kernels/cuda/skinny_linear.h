@@ -1,6 +1,6 @@
 #pragma once
 
-// y[N, F_out] = x[N, F_in] · W^T for serving-sized batches (N up to 64) at
+// y[N, F_out] = x[N, F_in] · W^T for serving-sized batches (N up to 48) at
 // float32 accuracy, reading the weight once. At these N a GEMM is bound by
 // the weight's bytes (8192x8192: 268 MB against ~2 GFLOP at N = 16), yet
 // cuBLAS's SGEMM takes ~2.4x the weight-read time there, and an FFMA kernel
@@ -8,10 +8,11 @@
 //
 // 3xTF32 on the tensor cores (mma.sync m16n8k8): x is the MMA's A (16 rows
 // per tile, the batch padded), W's rows its B; both are split into TF32
-// halves in registers as they are loaded (x_big W_big into one accumulator,
-// the cross products into another). A CTA of 8 warps owns 128 weight rows
-// and one K slice; x is staged in shared memory in 64-column stages
-// (cp.async, double-buffered). The K slices' partial sums go to the
+// halves (x_big W_big into one accumulator, the cross products into
+// another). A CTA of 8 warps owns 128 weight rows and one K slice; x is
+// staged in shared memory in 64-column stages (cp.async, double-buffered)
+// and split there once per CTA, W in registers as it is loaded. Inf and NaN
+// inputs give what a float32 product gives. The K slices' partial sums go to the
 // workspace and are added in slice order (add_partials.h), so the result is
 // deterministic and independent of the GPU. Like linear.h's kTf32x3, no
 // accumulator chains more than kSkinnyLinearMaxSliceColumns columns.
@@ -25,8 +26,9 @@
 
 namespace fuseserve::cuda {
 
-// The largest batch the kernel takes (its accumulators live in registers).
-inline constexpr int64_t kSkinnyLinearMaxBatch = 64;
+// The largest batch the kernel takes: three 16-row tiles (its accumulators
+// live in registers, and its x stages in 45 KB of static shared memory).
+inline constexpr int64_t kSkinnyLinearMaxBatch = 48;
 // in_features must be a multiple of this (one shared-memory stage of x).
 inline constexpr int64_t kSkinnyLinearStageColumns = 64;
 // The most K slices a call splits into.

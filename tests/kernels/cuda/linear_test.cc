@@ -508,8 +508,9 @@ TEST(LinearAlgorithmTest, ExplicitAlgorithmsRunWhereTheirConditionsHold) {
                   LinearAlgorithm::kSmallBatch);
     ExpectSelects(Select(1, 64, mode, kUnprepared, Forced(LinearAlgorithm::kSkinny)),
                   LinearAlgorithm::kSkinny);
-    ExpectSelects(Select(64, 8192, mode, kPrepared, Forced(LinearAlgorithm::kSkinny)),
-                  LinearAlgorithm::kSkinny);
+    ExpectSelects(
+        Select(kSkinnyLinearMaxBatch, 8192, mode, kPrepared, Forced(LinearAlgorithm::kSkinny)),
+        LinearAlgorithm::kSkinny);
   }
   // kTf32x3 below kTf32x3MinBatch, and with slice counts other than the
   // default, including one longer than kTf32x3MaxSliceLength.
