@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/group_norm.h"
 
@@ -38,9 +39,7 @@ inline GroupGeometry Geometry(const GroupNormParams& p) {
   return geometry;
 }
 
-inline bool Aligned16(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
-}
+using ::fuseserve::cuda::Aligned16;
 
 template <bool kGelu>
 __device__ __forceinline__ float Prologue(float x) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/add_partials.h"
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/skinny_linear.h"
 #include "kernels/cuda/small_batch_linear.h"
 #include "kernels/cuda/tf32_split.h"
@@ -34,8 +35,6 @@ int64_t SplitInputFloats(const LinearParams& p) { return p.batch * 2 * p.in_feat
 int64_t PartialFloats(const LinearParams& p, int64_t slices) {
   return slices * p.batch * p.out_features;
 }
-
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 // Row-major C[N, F_out] = A[N, K] B[F_out, K]^T (+ beta C) as cuBLAS sees it:
 // column-major C^T[F_out, N] = B^T^T A^T, B's storage being the

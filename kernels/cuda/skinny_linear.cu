@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/add_partials.h"
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/mma_sync.cuh"
@@ -234,8 +235,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
-
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 int64_t RowBlocks(int64_t out_features) {
   return (out_features + kRowsPerBlock - 1) / kRowsPerBlock;

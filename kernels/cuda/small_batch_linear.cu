@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_status.h"
 
@@ -89,8 +90,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
-
-bool Aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 template <int kBatch>
 absl::Status Launch(int64_t in_features, int64_t out_features, const float* x,
