@@ -1,5 +1,6 @@
 #include "server/runtime/host_buffer_pool.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <utility>
 
@@ -14,6 +15,20 @@ namespace {
 constexpr size_t kPage = 4096;
 
 size_t RoundUpToPage(size_t bytes) { return (bytes + kPage - 1) / kPage * kPage; }
+
+// A buffer handed to a C-style release callback. The thread that releases it
+// (gRPC's, once the slice is sent) is not the one that detached it, and the
+// hand-off between them happens inside gRPC core, whose synchronisation
+// neither the C++ memory model of our code nor ThreadSanitizer can see. The
+// release store and acquire load make the hand-off explicit: everything the
+// detaching thread did to the buffer happens before its return to the pool.
+struct DetachedHostBuffer {
+  explicit DetachedHostBuffer(HostBuffer&& detached) : buffer(std::move(detached)) {
+    published.store(true, std::memory_order_release);
+  }
+  HostBuffer buffer;
+  std::atomic<bool> published{false};
+};
 
 }  // namespace
 
@@ -48,9 +63,13 @@ void HostBuffer::Return() {
   pool_.reset();
 }
 
-void* HostBuffer::Detach() { return new HostBuffer(std::move(*this)); }
+void* HostBuffer::Detach() { return new DetachedHostBuffer(std::move(*this)); }
 
-void HostBuffer::Release(void* context) { delete static_cast<HostBuffer*>(context); }
+void HostBuffer::Release(void* context) {
+  auto* detached = static_cast<DetachedHostBuffer*>(context);
+  static_cast<void>(detached->published.load(std::memory_order_acquire));
+  delete detached;
+}
 
 std::shared_ptr<HostBufferPool> HostBufferPool::Create(const Options& options) {
   return std::shared_ptr<HostBufferPool>(new HostBufferPool(options));
