@@ -11,7 +11,8 @@ Printed: CPU microseconds per inference of each process, split by thread name
 host's busy cores. JSON with every figure goes to --out.
 
   bench/cpu_split.py --fuseserve BIN --cli BIN --out cpu.json \
-      --run gemm:64 --run gemm_nobatch:64 [--duration-s 8 --warmup-s 3]
+      --run gemm:64 --run gemm_nobatch:64 [--duration-s 8 --warmup-s 3] \
+      [--server-arg=--response-threads=2 ...]
 """
 
 import argparse
@@ -164,6 +165,9 @@ def parse_args(argv):
   parser.add_argument("--shared-memory", action="store_true",
                       help="pass tensors through Triton's system shared memory (bench "
                            "--shared-memory system) instead of the gRPC messages")
+  parser.add_argument("--server-arg", action="append", default=[],
+                      help="one more fuseserve flag, e.g. --server-arg=--response-threads=2; "
+                           "repeatable")
   parser.add_argument("--queue-delay-us", type=int, default=-1,
                       help="max_queue_delay_microseconds of every batching model "
                            "(default: the repository's)")
@@ -202,7 +206,7 @@ def run(args):
         sb.FUSESERVE, os.path.join(args.logs, sb.FUSESERVE),
         lambda port_file: [args.fuseserve, "--model-repository=" + repository, "--grpc-port=0",
                            "--metrics-port=0", "--allow-shared-memory=true",
-                           "--port-file=" + port_file], cli.env)
+                           "--port-file=" + port_file] + args.server_arg, cli.env)
     url = "127.0.0.1:%d" % server.start()
     args.server_pid = server.process.pid
     try:
@@ -227,6 +231,7 @@ def run(args):
                             "instances": args.instances or "repository's",
                             "queue_delay_us": (args.queue_delay_us if args.queue_delay_us >= 0
                                                else "repository's"),
+                            "server_args": args.server_arg,
                             "host_cpus": os.cpu_count()},
                "runs": results, "server_exit_code": exit_code}, f, indent=1)
   print("results: %s" % args.out)

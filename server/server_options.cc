@@ -16,6 +16,9 @@
 namespace fuseserve {
 namespace {
 
+// More answer-sending threads per model than this only add context switches.
+constexpr int kMaxResponseThreads = 64;
+
 absl::Status ParsePort(const std::string& flag, const std::string& value, int* port) {
   if (!absl::SimpleAtoi(value, port) || *port < 0 || *port > 65535) {
     return absl::InvalidArgumentError(
@@ -95,6 +98,10 @@ Options:
   --max-request-bytes=N      largest gRPC request accepted, in bytes (default
                              and maximum 2147483647); larger ones get
                              RESOURCE_EXHAUSTED
+  --response-threads=N       threads per model that send the answers of
+                             executed batches, so that an instance starts its
+                             next batch without waiting for them (default 0:
+                             the instance's own thread sends them; at most 64)
   --grpc-use-ssl=BOOL        serve gRPC over TLS (default false); needs
                              --grpc-server-cert and --grpc-server-key
   --grpc-use-ssl-mutual=BOOL TLS that also requires a client certificate
@@ -161,6 +168,13 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
           options.malloc_trim_interval_secs < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "--malloc-trim-interval-secs must be a non-negative integer, got \"", value, "\""));
+      }
+    } else if (flag == "response-threads") {
+      if (!absl::SimpleAtoi(value, &options.response_threads) || options.response_threads < 0 ||
+          options.response_threads > kMaxResponseThreads) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--response-threads must be an integer in [0, ", kMaxResponseThreads,
+                         "], got \"", value, "\""));
       }
     } else if (flag == "max-request-bytes") {
       if (!absl::SimpleAtoi(value, &options.max_request_bytes) || options.max_request_bytes < 1) {

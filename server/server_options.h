@@ -44,6 +44,10 @@ struct ServerOptions {
   // with RESOURCE_EXHAUSTED before they are decoded. gRPC's own ceiling,
   // and Triton's default, is INT32_MAX.
   int max_request_bytes = 2147483647;
+  // Threads per model that send executed requests' answers, so that an
+  // instance starts its next batch without waiting for them; 0 = each
+  // instance's own thread sends its batch's answers.
+  int response_threads = 0;
   GrpcSslOptions grpc_ssl;
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.

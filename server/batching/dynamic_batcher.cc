@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
+#include "server/batching/completion_pool.h"
 
 namespace fuseserve {
 namespace {
@@ -118,6 +119,9 @@ class DynamicBatcher::Impl {
         clock_(clock),
         metrics_(metrics),
         serving_instances_(static_cast<int64_t>(instances_.size())) {
+    if (options_.response_threads > 0) {
+      completions_ = std::make_unique<CompletionPool>(options_.response_threads, "fs-answer");
+    }
     absl::MutexLock lock(&join_mu_);
     for (const std::unique_ptr<Instance>& instance : instances_) {
       workers_.emplace_back([this, raw = instance.get()] {
@@ -203,8 +207,13 @@ class DynamicBatcher::Impl {
   bool LeadLocked(Batch* batch, std::vector<Answer>* dropped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Runs `batch` on `instance` and makes sure every request in it was
-  // answered exactly once, whatever the instance did.
+  // answered exactly once, whatever the instance did. Leaves `batch` empty.
   void Run(Instance* instance, Batch& batch) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Delivers the answers an executed batch recorded: on the completion
+  // pool when there is one (split over its threads), else here.
+  struct ExecutedBatch;
+  void Deliver(std::shared_ptr<ExecutedBatch> executed);
 
   static void AnswerAll(std::vector<Answer>* answers);
   void AddPendingLocked(int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -230,6 +239,9 @@ class DynamicBatcher::Impl {
   }
 
   const BatcherOptions options_;
+  // Delivers answers when options_.response_threads > 0; reset by Shutdown
+  // once the workers, its only users, have been joined.
+  std::unique_ptr<CompletionPool> completions_;
   // Merging is on: dynamic_batching with max_batch_size > 0.
   const bool batching_;
   const std::vector<std::unique_ptr<Instance>> instances_;
@@ -453,28 +465,75 @@ void DynamicBatcher::Impl::RetireLocked(const Instance& instance, std::vector<An
   EraseTakenLocked();
 }
 
+// A batch that has run: its requests and the answer each was given, kept
+// until they are delivered to the requests' own on_complete.
+struct DynamicBatcher::Impl::ExecutedBatch {
+  struct Answer {
+    // The request's on_complete, as the front end set it.
+    std::function<void(const absl::Status&, const RequestTimestamps&)> deliver;
+    std::atomic<bool> answered{false};
+    absl::Status status;
+    RequestTimestamps timestamps;
+  };
+
+  explicit ExecutedBatch(size_t size) : answers(size) {}
+
+  // Delivers answers [begin, end) and lets their requests go.
+  void DeliverRange(size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      answers[i].deliver(answers[i].status, answers[i].timestamps);
+      requests[i].reset();
+    }
+  }
+
+  Batch requests;
+  std::vector<Answer> answers;
+};
+
 void DynamicBatcher::Impl::Run(Instance* instance, Batch& batch) {
   // Instance::Execute promises to answer every request once before it
   // returns. Hold it to that: a request it leaves unanswered is answered
   // INTERNAL here, and a second answer is ignored, so that SPEC.md's "no
   // request is ever left without an answer" survives a faulty instance.
-  auto answered = std::make_unique<std::atomic<bool>[]>(batch.size());
+  // The instance's answers are recorded and delivered once it has returned.
+  auto executed = std::make_shared<ExecutedBatch>(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
-    answered[i].store(false);
-    InferenceRequest& request = *batch[i];
-    request.on_complete = [done = std::move(request.on_complete), flag = &answered[i]](
-                              const absl::Status& status, const RequestTimestamps& timestamps) {
-      if (!flag->exchange(true)) done(status, timestamps);
+    ExecutedBatch::Answer& answer = executed->answers[i];
+    answer.deliver = std::move(batch[i]->on_complete);
+    batch[i]->on_complete = [&answer](const absl::Status& status,
+                                      const RequestTimestamps& timestamps) {
+      if (answer.answered.exchange(true)) return;
+      answer.status = status;
+      answer.timestamps = timestamps;
     };
   }
   instance->Execute(batch);
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (answered[i].load()) continue;
-    InferenceRequest& request = *batch[i];
-    request.on_complete(
-        absl::InternalError(
-            absl::StrCat("instance ", instance->name(), " did not answer ", RequestLabel(request))),
-        request.timestamps);
+    ExecutedBatch::Answer& answer = executed->answers[i];
+    if (answer.answered.load()) continue;
+    answer.status = absl::InternalError(
+        absl::StrCat("instance ", instance->name(), " did not answer ", RequestLabel(*batch[i])));
+    answer.timestamps = batch[i]->timestamps;
+  }
+  executed->requests = std::move(batch);
+  batch.clear();
+  Deliver(std::move(executed));
+}
+
+void DynamicBatcher::Impl::Deliver(std::shared_ptr<ExecutedBatch> executed) {
+  const size_t size = executed->answers.size();
+  if (completions_ == nullptr) {
+    executed->DeliverRange(0, size);
+    return;
+  }
+  // Fewer answers than this per task cost more in waking a thread than the
+  // parallel delivery saves (an answer takes a few microseconds to send).
+  constexpr size_t kMinAnswersPerTask = 4;
+  const size_t threads = static_cast<size_t>(completions_->num_threads());
+  const size_t per_task = std::max(kMinAnswersPerTask, (size + threads - 1) / threads);
+  for (size_t begin = 0; begin < size; begin += per_task) {
+    const size_t end = std::min(size, begin + per_task);
+    completions_->Post([executed, begin, end] { executed->DeliverRange(begin, end); });
   }
 }
 
@@ -565,6 +624,7 @@ void DynamicBatcher::Impl::Shutdown(absl::Time deadline) {
     if (worker.joinable()) worker.join();
   }
   if (reaper_.joinable()) reaper_.join();
+  completions_.reset();  // delivers every answer still queued
 }
 
 DynamicBatcher::DynamicBatcher(BatcherOptions options,

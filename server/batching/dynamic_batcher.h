@@ -53,6 +53,11 @@ struct BatcherOptions {
   // may shorten it. With no policy timeout a request's own timeout applies.
   absl::Duration default_timeout = absl::ZeroDuration();
   bool allow_timeout_override = false;
+
+  // Threads that deliver an executed batch's answers (completion_pool.h);
+  // 0 = the instance's own thread delivers them before its next batch.
+  // Not from the model config: the server's --response-threads.
+  int response_threads = 0;
 };
 
 // Reads max_batch_size, dynamic_batching and its default_queue_policy

@@ -258,6 +258,7 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
                        SafetensorsFile::Open(version.weights_path));
       ASSIGN_OR_RETURN(record->model_, CreateModel(family_config, *weights));
       ASSIGN_OR_RETURN(BatcherOptions batcher_options, BatcherOptionsFromConfig(*config));
+      batcher_options.response_threads = options.response_threads;
       ASSIGN_OR_RETURN(const std::vector<Placement> placements, PlaceInstances(*config));
       const std::string version_string = record->version_string();
       record->metrics_ = &options.metrics->ForModel(name, version_string);

@@ -75,6 +75,8 @@ struct ModelManagerOptions {
   ThreadPool* cpu_pool = nullptr;
   // Receives the phases of every GPU batch (--batch-trace-file); may be null.
   BatchTraceSink* batch_trace = nullptr;
+  // Each model's answer-sending threads (BatcherOptions::response_threads).
+  int response_threads = 0;
 };
 
 class ModelManager {

@@ -97,6 +97,72 @@ inference::ModelInferRequest MakeRequest(const std::string& model, const Shape& 
   return request;
 }
 
+// The output `model` of `repository` computes in-process on the same weights.
+std::vector<float> ExpectedOutput(const std::string& repository, const std::string& model,
+                                  const Shape& shape, const std::vector<float>& input) {
+  auto config = LoadModelConfig((std::filesystem::path(repository) / model).string());
+  EXPECT_TRUE(config.ok()) << config.status();
+  auto weights = SafetensorsFile::Open(
+      (std::filesystem::path(repository) / model / "1" / "model.safetensors").string());
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  auto bound = CreateModel(*config, **weights);
+  EXPECT_TRUE(bound.ok()) << bound.status();
+  auto output_shape = (*bound)->OutputShape(shape);
+  EXPECT_TRUE(output_shape.ok());
+  std::vector<float> output(NumElements(*output_shape));
+  ThreadPool pool(1);
+  EXPECT_TRUE((*bound)->RunOnCpu(input.data(), shape, output.data(), pool).ok());
+  return output;
+}
+
+// sqrt(sum (got - expected)^2 / sum expected^2).
+double RelativeL2(const float* got, const std::vector<float>& expected) {
+  double error = 0, norm = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    error += std::pow(double{got[i]} - expected[i], 2);
+    norm += std::pow(double{expected[i]}, 2);
+  }
+  return std::sqrt(error / norm);
+}
+
+// One asynchronous ModelInfer; `done` is notified once it has its status.
+struct AsyncInfer {
+  // `request` must outlive the call.
+  void Start(inference::GRPCInferenceService::Stub& stub,
+             const inference::ModelInferRequest& request) {
+    stub.async()->ModelInfer(&context, &request, &response, [this](grpc::Status result) {
+      status = std::move(result);
+      done.Notify();
+    });
+  }
+
+  grpc::ClientContext context;
+  inference::ModelInferResponse response;
+  grpc::Status status;
+  absl::Notification done;
+};
+
+// The accuracy a served model is held to: the CPU backend reproduces the
+// in-process model; a GPU instance meets the contract of the precision it
+// reports (SPEC.md §1.4).
+struct Tolerance {
+  double rel_l2;
+  std::string device;
+};
+
+absl::StatusOr<Tolerance> ToleranceOf(inference::GRPCInferenceService::Stub& stub,
+                                      const std::string& model) {
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  inference::ModelMetadataResponse metadata;
+  grpc::ClientContext context;
+  const grpc::Status status = stub.ModelMetadata(&context, request, &metadata);
+  if (!status.ok()) return absl::InternalError("ModelMetadata: " + status.error_message());
+  const std::string& device = metadata.properties().at("device");
+  if (!absl::StartsWith(device, "gpu")) return Tolerance{1e-6, device};
+  return Tolerance{metadata.properties().at("precision") == "tf32" ? 1e-3 : 5e-6, device};
+}
+
 class ServerE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -128,22 +194,9 @@ class ServerE2eTest : public ::testing::Test {
     return stub_->ModelInfer(&context, request, response);
   }
 
-  // The output the model computes in-process on the same weights.
   std::vector<float> Expected(const std::string& model, const Shape& shape,
                               const std::vector<float>& input) {
-    auto config = LoadModelConfig((std::filesystem::path(*repository_) / model).string());
-    EXPECT_TRUE(config.ok()) << config.status();
-    auto weights = SafetensorsFile::Open(
-        (std::filesystem::path(*repository_) / model / "1" / "model.safetensors").string());
-    EXPECT_TRUE(weights.ok()) << weights.status();
-    auto bound = CreateModel(*config, **weights);
-    EXPECT_TRUE(bound.ok()) << bound.status();
-    auto output_shape = (*bound)->OutputShape(shape);
-    EXPECT_TRUE(output_shape.ok());
-    std::vector<float> output(NumElements(*output_shape));
-    ThreadPool pool(1);
-    EXPECT_TRUE((*bound)->RunOnCpu(input.data(), shape, output.data(), pool).ok());
-    return output;
+    return ExpectedOutput(*repository_, model, shape, input);
   }
 
   static std::string* repository_;
@@ -230,22 +283,9 @@ TEST_F(ServerE2eTest, InfersEveryFamilyAndEchoesTheRequestId) {
     const std::vector<float> expected = Expected(model, shape, input);
     ASSERT_EQ(response.raw_output_contents(0).size(), expected.size() * sizeof(float)) << model;
     const float* got = reinterpret_cast<const float*>(response.raw_output_contents(0).data());
-    double error = 0, norm = 0;
-    for (size_t i = 0; i < expected.size(); ++i) {
-      error += std::pow(double{got[i]} - expected[i], 2);
-      norm += std::pow(double{expected[i]}, 2);
-    }
-    // The CPU backend reproduces the in-process model; a GPU instance is held
-    // to the accuracy contract of the precision it reports (SPEC.md §1.4).
-    inference::ModelMetadataRequest metadata_request;
-    metadata_request.set_name(model);
-    inference::ModelMetadataResponse metadata;
-    grpc::ClientContext metadata_context;
-    ASSERT_TRUE(stub_->ModelMetadata(&metadata_context, metadata_request, &metadata).ok());
-    const bool gpu = absl::StartsWith(metadata.properties().at("device"), "gpu");
-    const double tolerance =
-        !gpu ? 1e-6 : (metadata.properties().at("precision") == "tf32" ? 1e-3 : 5e-6);
-    EXPECT_LE(std::sqrt(error / norm), tolerance) << model << " on " << metadata.properties().at("device");
+    const absl::StatusOr<Tolerance> tolerance = ToleranceOf(*stub_, model);
+    ASSERT_TRUE(tolerance.ok()) << tolerance.status();
+    EXPECT_LE(RelativeL2(got, expected), tolerance->rel_l2) << model << " on " << tolerance->device;
   }
 }
 
@@ -448,6 +488,46 @@ TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
   EXPECT_THAT(std::string(server.status().message()), HasSubstr("/nonexistent/repository"));
 }
 
+// --response-threads=2: concurrent requests, batched, are each answered with
+// their own output, by the model's response threads.
+TEST(ServerE2eCommandLineTest, ResponseThreadsAnswerConcurrentRequestsWithTheirOwnOutputs) {
+  const std::string repository = MakeRepository();
+  auto server = ServerProcess::Start(ServerBinary(), repository, {"--response-threads=2"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
+  auto stub = inference::GRPCInferenceService::NewStub(channel);
+
+  constexpr int kRequests = 48;
+  const Shape shape = {1, 64};
+  struct Call : AsyncInfer {
+    std::vector<float> input;
+    inference::ModelInferRequest request;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (int i = 0; i < kRequests; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    call->input = RandomValues(NumElements(shape), 100 + i);
+    call->request = MakeRequest(kGemm, shape, call->input);
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    call->Start(*stub, call->request);
+  }
+  const absl::StatusOr<Tolerance> tolerance = ToleranceOf(*stub, kGemm);
+  ASSERT_TRUE(tolerance.ok()) << tolerance.status();
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    ASSERT_TRUE(call->status.ok()) << call->status.error_message();
+    const std::vector<float> expected = ExpectedOutput(repository, kGemm, shape, call->input);
+    ASSERT_EQ(call->response.raw_output_contents(0).size(), expected.size() * sizeof(float));
+    const float* got = reinterpret_cast<const float*>(call->response.raw_output_contents(0).data());
+    EXPECT_LE(RelativeL2(got, expected), tolerance->rel_l2) << "on " << tolerance->device;
+  }
+  absl::StatusOr<int> exit_code = (*server)->Terminate();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << (*server)->Log();
+  std::filesystem::remove_all(repository);
+}
+
 }  // namespace
 }  // namespace fuseserve
 
@@ -458,7 +538,16 @@ namespace {
 // queue delay is not waited out, and the server exits 0 (SPEC.md §7). The
 // model waits up to 30 s to fill a batch of 8, so the 6 requests stay queued
 // until the shutdown dispatches them — on any device speed.
-TEST(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
+class ServerE2eShutdownTest : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Answers, ServerE2eShutdownTest,
+    ::testing::Values(std::vector<std::string>{}, std::vector<std::string>{"--response-threads=2"}),
+    [](const ::testing::TestParamInfo<std::vector<std::string>>& info) {
+      return info.param.empty() ? std::string("ByInstances") : std::string("ByResponseThreads");
+    });
+
+TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
   const std::string repository = MakeRepository();
   const std::filesystem::path patient = std::filesystem::path(repository) / "patient_groupnorm";
   std::filesystem::create_directories(patient / "1");
@@ -472,7 +561,7 @@ TEST(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
                  "max_queue_delay_microseconds: 30000000");
   std::ofstream(patient / "config.pbtxt") << config;
 
-  auto server = ServerProcess::Start(ServerBinary(), repository);
+  auto server = ServerProcess::Start(ServerBinary(), repository, GetParam());
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
   auto stub = inference::GRPCInferenceService::NewStub(channel);
@@ -481,21 +570,10 @@ TEST(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
   const Shape shape = {1, 8, 32, 32};
   const inference::ModelInferRequest request =
       MakeRequest("patient_groupnorm", shape, RandomValues(NumElements(shape), 5));
-  struct Call {
-    grpc::ClientContext context;
-    inference::ModelInferResponse response;
-    grpc::Status status;
-    absl::Notification done;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<AsyncInfer>> calls;
   for (int i = 0; i < kRequests; ++i) {
-    calls.push_back(std::make_unique<Call>());
-    Call* call = calls.back().get();
-    stub->async()->ModelInfer(&call->context, &request, &call->response,
-                              [call](grpc::Status status) {
-                                call->status = std::move(status);
-                                call->done.Notify();
-                              });
+    calls.push_back(std::make_unique<AsyncInfer>());
+    calls.back()->Start(*stub, request);
   }
   // Wait until the server holds all of them in its queue, then stop it.
   httplib::Client http("127.0.0.1", (*server)->metrics_port());

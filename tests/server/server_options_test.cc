@@ -46,6 +46,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->exit_timeout_secs, 30);
   EXPECT_EQ(options->malloc_trim_interval_secs, 10);
   EXPECT_EQ(options->max_request_bytes, 2147483647);
+  EXPECT_EQ(options->response_threads, 0);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
@@ -61,10 +62,11 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
              "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096",
              "--allow-shared-memory=true", "--batch-trace-file=/tmp/trace.json",
-             "--malloc-trim-interval-secs=0"});
+             "--malloc-trim-interval-secs=0", "--response-threads=3"});
 
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->malloc_trim_interval_secs, 0);
+  EXPECT_EQ(options->response_threads, 3);
   EXPECT_TRUE(options->allow_shared_memory);
   EXPECT_EQ(options->batch_trace_file, "/tmp/trace.json");
   EXPECT_EQ(options->max_request_bytes, 4096);
@@ -139,6 +141,14 @@ TEST(ServerOptionsTest, RejectsBadMallocTrimInterval) {
     EXPECT_THAT(
         ParseError({"--model-repository=/m", std::string("--malloc-trim-interval-secs=") + value}),
         HasSubstr("--malloc-trim-interval-secs"))
+        << value;
+  }
+}
+
+TEST(ServerOptionsTest, RejectsResponseThreadsOutsideZeroToSixtyFour) {
+  for (const char* value : {"-1", "65", "two", "1.5", ""}) {
+    EXPECT_THAT(ParseError({"--model-repository=/m", std::string("--response-threads=") + value}),
+                HasSubstr("--response-threads must be an integer in [0, 64]"))
         << value;
   }
 }

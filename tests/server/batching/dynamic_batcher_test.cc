@@ -669,8 +669,24 @@ TEST_F(DynamicBatcherTest, WithoutHealthyInstancesQueuedAndNewRequestsAreUnavail
   EXPECT_EQ(batcher_->queued(), 0);
 }
 
-TEST_F(DynamicBatcherTest, AnswersRequestsAnInstanceLeftUnansweredExactlyOnce) {
-  Start(Batching(4, absl::Seconds(1)));
+// The tests that hold instances to their contract, run with the answers
+// delivered by the instance's thread (0) and by response threads (2).
+class DynamicBatcherDeliveryTest : public DynamicBatcherTest,
+                                   public ::testing::WithParamInterface<int> {
+ protected:
+  BatcherOptions Delivered(BatcherOptions options) {
+    options.response_threads = GetParam();
+    return options;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(ResponseThreads, DynamicBatcherDeliveryTest, ::testing::Values(0, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("ResponseThreads", info.param);
+                         });
+
+TEST_P(DynamicBatcherDeliveryTest, AnswersRequestsAnInstanceLeftUnansweredExactlyOnce) {
+  Start(Delivered(Batching(4, absl::Seconds(1))));
   Outcome& forget = Enqueue("forget", {1, 3});
   Outcome& twice = Enqueue("twice", {1, 3});
   Enqueue("ok", {2, 3});
@@ -705,8 +721,8 @@ TEST_F(DynamicBatcherTest, CallsInstancesAndCompletionsWithoutHoldingItsLock) {
 // requests: whatever the interleaving, every request is answered exactly
 // once (checked in TearDown), batches respect shapes and max_batch_size,
 // and no cancelled or expired request runs.
-TEST_F(DynamicBatcherTest, AnswersEveryRequestExactlyOnceUnderConcurrentProducers) {
-  BatcherOptions options = Batching(4, absl::ZeroDuration(), {2});
+TEST_P(DynamicBatcherDeliveryTest, AnswersEveryRequestExactlyOnceUnderConcurrentProducers) {
+  BatcherOptions options = Delivered(Batching(4, absl::ZeroDuration(), {2}));
   options.max_queue_size = 8;
   Start(options, /*instance_count=*/2);
   enum Kind { kRuns, kCancelled, kExpired };
@@ -772,6 +788,87 @@ TEST_F(DynamicBatcherTest, AnswersEveryRequestExactlyOnceUnderConcurrentProducer
   EXPECT_EQ(executed, codes[absl::StatusCode::kOk]);
   for (int64_t size : recorder_.sizes()) EXPECT_LE(size, 4);
   EXPECT_EQ(batcher_->queued(), 0);
+}
+
+// Response threads (BatcherOptions::response_threads).
+
+TEST_F(DynamicBatcherTest, WithResponseThreadsTheInstanceRunsItsNextBatchWhileAnswersAreSent) {
+  BatcherOptions options = Batching(1, absl::ZeroDuration());
+  options.response_threads = 1;
+  Start(options);
+  absl::Notification release;
+  Outcome* slow;
+  auto request = MakeRequest("slow", {1, 3}, &slow);
+  request->on_complete = [&release, done = std::move(request->on_complete)](
+                             const absl::Status& status, const RequestTimestamps& timestamps) {
+    EXPECT_TRUE(release.WaitForNotificationWithTimeout(kTimeout));
+    done(status, timestamps);
+  };
+  batcher_->Enqueue(std::move(request));
+  Outcome& next = Enqueue("next", {1, 3});
+  // The only instance takes "next" while "slow"'s answer is still being sent.
+  EXPECT_TRUE(recorder_.WaitForBatches(2));
+  EXPECT_FALSE(slow->done.HasBeenNotified());
+  release.Notify();
+  ASSERT_TRUE(slow->WaitForAnswer());
+  ASSERT_TRUE(next.WaitForAnswer());
+  EXPECT_TRUE(slow->status.ok());
+  EXPECT_TRUE(next.status.ok());
+  EXPECT_THAT(slow->output, ::testing::Each(2.0f));
+}
+
+TEST_F(DynamicBatcherTest, ResponseThreadsSendOneBatchsAnswersInParallel) {
+  BatcherOptions options = Batching(8, absl::Seconds(1));
+  options.response_threads = 2;
+  Start(options);
+  absl::Mutex mu;
+  int started = 0;
+  std::atomic<int> overlapped{0};
+  std::vector<Outcome*> outcomes;
+  for (int i = 0; i < 8; ++i) {
+    Outcome* outcome;
+    auto request = MakeRequest(absl::StrCat("r", i), {1, 3}, &outcome);
+    // Each answer waits until two have started: only answers sent by two
+    // threads at once get past the first one of each thread in time.
+    request->on_complete = [&, done = std::move(request->on_complete)](
+                               const absl::Status& status, const RequestTimestamps& timestamps) {
+      {
+        absl::MutexLock lock(&mu);
+        ++started;
+        auto two = [&started] { return started >= 2; };
+        if (mu.AwaitWithTimeout(absl::Condition(&two), kTimeout)) overlapped.fetch_add(1);
+      }
+      done(status, timestamps);
+    };
+    batcher_->Enqueue(std::move(request));  // the eighth fills the batch
+    outcomes.push_back(outcome);
+  }
+  for (Outcome* outcome : outcomes) ASSERT_TRUE(outcome->WaitForAnswer());
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"}));
+  EXPECT_EQ(overlapped.load(), 8);
+}
+
+TEST_F(DynamicBatcherTest, ShutdownReturnsOnlyOnceResponseThreadsHaveSentEveryAnswer) {
+  BatcherOptions options = Batching(4, absl::ZeroDuration());
+  options.response_threads = 1;
+  Start(options);
+  std::vector<Outcome*> outcomes;
+  for (int i = 0; i < 12; ++i) {
+    Outcome* outcome;
+    auto request = MakeRequest(absl::StrCat("r", i), {1, 3}, &outcome);
+    request->on_complete = [done = std::move(request->on_complete)](
+                               const absl::Status& status, const RequestTimestamps& timestamps) {
+      absl::SleepFor(absl::Milliseconds(2));  // a slow network
+      done(status, timestamps);
+    };
+    batcher_->Enqueue(std::move(request));
+    outcomes.push_back(outcome);
+  }
+  batcher_->Shutdown(absl::InfiniteFuture());
+  for (Outcome* outcome : outcomes) {
+    EXPECT_TRUE(outcome->done.HasBeenNotified());
+    EXPECT_TRUE(outcome->status.ok()) << outcome->status;
+  }
 }
 
 // BatcherOptionsFromConfig.
