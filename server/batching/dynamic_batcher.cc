@@ -521,14 +521,15 @@ void DynamicBatcher::Impl::Run(Instance* instance, Batch& batch) {
 }
 
 void DynamicBatcher::Impl::Deliver(std::shared_ptr<ExecutedBatch> executed) {
+  // Fewer answers than this per task cost more in waking a thread (and in
+  // latency: ~15 us at concurrency 1 on the CPU backend) than sending them
+  // elsewhere saves the instance (an answer takes a few microseconds to send).
+  constexpr size_t kMinAnswersPerTask = 4;
   const size_t size = executed->answers.size();
-  if (completions_ == nullptr) {
+  if (completions_ == nullptr || size < kMinAnswersPerTask) {
     executed->DeliverRange(0, size);
     return;
   }
-  // Fewer answers than this per task cost more in waking a thread than the
-  // parallel delivery saves (an answer takes a few microseconds to send).
-  constexpr size_t kMinAnswersPerTask = 4;
   const size_t threads = static_cast<size_t>(completions_->num_threads());
   const size_t per_task = std::max(kMinAnswersPerTask, (size + threads - 1) / threads);
   for (size_t begin = 0; begin < size; begin += per_task) {

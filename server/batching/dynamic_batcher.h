@@ -54,8 +54,9 @@ struct BatcherOptions {
   absl::Duration default_timeout = absl::ZeroDuration();
   bool allow_timeout_override = false;
 
-  // Threads that deliver an executed batch's answers (completion_pool.h);
-  // 0 = the instance's own thread delivers them before its next batch.
+  // Threads that deliver an executed batch's answers (completion_pool.h),
+  // at least 4 answers per thread; 0 = the instance's own thread delivers
+  // them before its next batch, as it does for any batch of fewer than 4.
   // Not from the model config: the server's --response-threads.
   int response_threads = 0;
 };

@@ -793,9 +793,10 @@ TEST_P(DynamicBatcherDeliveryTest, AnswersEveryRequestExactlyOnceUnderConcurrent
 // Response threads (BatcherOptions::response_threads).
 
 TEST_F(DynamicBatcherTest, WithResponseThreadsTheInstanceRunsItsNextBatchWhileAnswersAreSent) {
-  BatcherOptions options = Batching(1, absl::ZeroDuration());
+  BatcherOptions options = Batching(4, absl::ZeroDuration());
   options.response_threads = 1;
   Start(options);
+  OccupyInstance({1, 3});
   absl::Notification release;
   Outcome* slow;
   auto request = MakeRequest("slow", {1, 3}, &slow);
@@ -805,16 +806,53 @@ TEST_F(DynamicBatcherTest, WithResponseThreadsTheInstanceRunsItsNextBatchWhileAn
     done(status, timestamps);
   };
   batcher_->Enqueue(std::move(request));
+  for (const char* id : {"a", "b", "c"}) Enqueue(id, {1, 3});
+  recorder_.Release();
+  ASSERT_TRUE(recorder_.WaitForBatches(2));
   Outcome& next = Enqueue("next", {1, 3});
   // The only instance takes "next" while "slow"'s answer is still being sent.
-  EXPECT_TRUE(recorder_.WaitForBatches(2));
+  EXPECT_TRUE(recorder_.WaitForBatches(3));
   EXPECT_FALSE(slow->done.HasBeenNotified());
   release.Notify();
   ASSERT_TRUE(slow->WaitForAnswer());
   ASSERT_TRUE(next.WaitForAnswer());
+  EXPECT_THAT(recorder_.batches(),
+              ElementsAre(Ids{"busy"}, Ids{"slow", "a", "b", "c"}, Ids{"next"}));
   EXPECT_TRUE(slow->status.ok());
   EXPECT_TRUE(next.status.ok());
   EXPECT_THAT(slow->output, ::testing::Each(2.0f));
+}
+
+TEST_F(DynamicBatcherTest, WithResponseThreadsOnlyBatchesOfFourOrMoreAreAnsweredElsewhere) {
+  BatcherOptions options = Batching(4, absl::ZeroDuration());
+  options.response_threads = 1;
+  Start(options);
+  std::atomic<std::thread::id> instance_thread;
+  instances_[0]->set_hook([&instance_thread] { instance_thread.store(std::this_thread::get_id()); });
+  // Requests whose answers note whether the instance's thread sent them.
+  std::map<std::string, bool> by_instance;  // written before each `done`
+  auto enqueue = [&](const std::string& id) {
+    Outcome* outcome;
+    auto request = MakeRequest(id, {1, 3}, &outcome);
+    request->on_complete = [&, id, done = std::move(request->on_complete)](
+                               const absl::Status& status, const RequestTimestamps& timestamps) {
+      by_instance[id] = std::this_thread::get_id() == instance_thread.load();
+      done(status, timestamps);
+    };
+    batcher_->Enqueue(std::move(request));
+    return outcome;
+  };
+  OccupyInstance({1, 3});
+  std::vector<Outcome*> four;
+  for (const char* id : {"a", "b", "c", "d"}) four.push_back(enqueue(id));
+  recorder_.Release();
+  for (Outcome* outcome : four) ASSERT_TRUE(outcome->WaitForAnswer());
+  Outcome* alone = enqueue("alone");
+  ASSERT_TRUE(alone->WaitForAnswer());
+  EXPECT_THAT(recorder_.batches(),
+              ElementsAre(Ids{"busy"}, Ids{"a", "b", "c", "d"}, Ids{"alone"}));
+  EXPECT_TRUE(by_instance.at("alone"));
+  for (const char* id : {"a", "b", "c", "d"}) EXPECT_FALSE(by_instance.at(id)) << id;
 }
 
 TEST_F(DynamicBatcherTest, ResponseThreadsSendOneBatchsAnswersInParallel) {
