@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -233,6 +234,11 @@ class DynamicBatcher::Impl {
   bool ReaperShouldWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return reaper_kick_ || (stopping_ && queue_.empty());
   }
+  // Whether a request just queued may change what the waiting leader
+  // decides (see waiting_); if not, it only joins the batch's count.
+  bool LeaderMustRevisitLocked(const InferenceRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   bool NoLeader() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !has_leader_; }
   bool QueueChanged() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return version_ != leader_seen_version_;
@@ -255,6 +261,18 @@ class DynamicBatcher::Impl {
   // stopping); the leader sleeps until it differs from what it last saw.
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t leader_seen_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // The batch a leader waits to fill until its queue delay runs out: the
+  // oldest request's non-batch shape and the samples of that shape queued.
+  // Enqueue wakes the leader only for a request that fills it (to
+  // max_batch_size or a preferred size); one that merely joins it, or has
+  // another shape, changes nothing the leader decides before the delay, and
+  // waking it for each would cost a context switch and a scan of the queue
+  // per request. Unset while no leader waits for a fuller batch.
+  struct WaitingBatch {
+    Shape shape;
+    int64_t total = 0;
+  };
+  std::optional<WaitingBatch> waiting_ ABSL_GUARDED_BY(mu_);
   // At most one idle worker (the leader) looks at the queue and waits for a
   // batch to form; the other idle workers wait for the role. This keeps an
   // arrival from waking every idle worker.
@@ -390,6 +408,11 @@ absl::Time DynamicBatcher::Impl::FormBatchLocked(absl::Time now, Batch* batch,
     } else {
       wake = flush_at;
     }
+  }
+  if (wake != absl::InfiniteFuture()) {
+    waiting_ = WaitingBatch{candidates.front()->request->input_shape, total};
+  } else {
+    waiting_.reset();
   }
   for (size_t i = 0; i < take; ++i) {
     candidates[i]->request->timestamps.exec_start = now;
@@ -595,13 +618,26 @@ void DynamicBatcher::Impl::Enqueue(std::unique_ptr<InferenceRequest> request) {
                        " exceeds maximum queue size of ", options_.max_queue_size));
     } else {
       if (entry.deadline < reaper_wake_) reaper_kick_ = true;
+      if (LeaderMustRevisitLocked(*entry.request)) ++version_;
       queue_.push_back(std::move(entry));
-      ++version_;
       AddPendingLocked(1);
       return;
     }
   }
   entry.request->on_complete(rejection, entry.request->timestamps);
+}
+
+bool DynamicBatcher::Impl::LeaderMustRevisitLocked(const InferenceRequest& request) {
+  if (!waiting_.has_value()) return true;
+  if (!SameNonBatchShape(waiting_->shape, request.input_shape)) return false;
+  const int64_t total = waiting_->total + request.batch_size;
+  const std::vector<int64_t>& preferred = options_.preferred_batch_sizes;
+  if (total >= options_.max_batch_size ||
+      std::find(preferred.begin(), preferred.end(), total) != preferred.end()) {
+    return true;
+  }
+  waiting_->total = total;
+  return false;
 }
 
 void DynamicBatcher::Impl::Flush() {

@@ -790,6 +790,52 @@ TEST_P(DynamicBatcherDeliveryTest, AnswersEveryRequestExactlyOnceUnderConcurrent
   EXPECT_EQ(batcher_->queued(), 0);
 }
 
+TEST_F(DynamicBatcherTest, RequestsThatOnlyJoinAWaitingBatchDoNotWakeTheLeader) {
+  Start(Batching(8, absl::Seconds(1), {4}));
+  // The leader asks every queued request whether it was cancelled each time
+  // it looks at the queue: r0's count is how often it looked.
+  std::atomic<int> looks{0};
+  Outcome* r0;
+  auto request = MakeRequest("r0", {1, 3}, &r0);
+  request->is_cancelled = [&looks] {
+    looks.fetch_add(1);
+    return false;
+  };
+  batcher_->Enqueue(std::move(request));
+  const absl::Time flush_at = clock_.Now() + absl::Seconds(1);
+  ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(flush_at));
+  const int looks_while_waiting = looks.load();
+  Enqueue("r1", {1, 3});  // 2 samples: not a preferred size
+  Enqueue("other", {1, 5});  // another shape cannot join the batch
+  Outcome& r2 = Enqueue("r2", {1, 3});  // 3 samples
+  // A woken leader would look again within microseconds; it was not woken.
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(looks.load(), looks_while_waiting);
+  EXPECT_FALSE(r2.done.HasBeenNotified());
+  // The fourth sample makes the preferred size: the leader dispatches at once.
+  Outcome& r3 = Enqueue("r3", {1, 3});
+  ASSERT_TRUE(r3.WaitForAnswer());
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"r0", "r1", "r2", "r3"}));
+  EXPECT_GT(looks.load(), looks_while_waiting);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(r0->WaitForAnswer());
+}
+
+TEST_F(DynamicBatcherTest, ARequestThatFillsTheWaitingBatchWakesTheLeader) {
+  Start(Batching(3, absl::Seconds(1)));
+  Enqueue("a", {1, 3});
+  ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(clock_.Now() + absl::Seconds(1)));
+  Enqueue("b", {1, 3});
+  Outcome& c = Enqueue("c", {1, 3});  // max_batch_size: no waiting for the delay
+  ASSERT_TRUE(c.WaitForAnswer());
+  Outcome& d = Enqueue("d", {1, 3});
+  ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(clock_.Now() + absl::Seconds(1)));
+  Outcome& e = Enqueue("e", {3, 3});  // would overflow: the waiting batch goes alone
+  ASSERT_TRUE(d.WaitForAnswer());
+  ASSERT_TRUE(e.WaitForAnswer());  // itself a full batch
+  EXPECT_THAT(recorder_.batches(), ElementsAre(Ids{"a", "b", "c"}, Ids{"d"}, Ids{"e"}));
+}
+
 // Response threads (BatcherOptions::response_threads).
 
 TEST_F(DynamicBatcherTest, WithResponseThreadsTheInstanceRunsItsNextBatchWhileAnswersAreSent) {
