@@ -9,7 +9,7 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSESERVE_CUDA=ON >/dev/null
 TARGETS=(cuda_runtime_test cuda_kernels_test cuda_graph_cache_test gpu_instance_test fuseserve
          fuseserve-cli server_e2e_test reliability_test reliability_infer_child
-         fuseserve_kernels_capi)
+         fuseserve_kernels_capi grpc_api_cpu)
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}"
 
 rm -rf .devpkg && mkdir -p .devpkg/bin .devpkg/lib
@@ -18,7 +18,8 @@ cp "$BUILD_DIR"/tests/kernels/cuda/cuda_runtime_test "$BUILD_DIR"/tests/kernels/
    "$BUILD_DIR"/tests/e2e/server_e2e_test "$BUILD_DIR"/tests/e2e/reliability/reliability_test \
    "$BUILD_DIR"/tests/e2e/reliability/reliability_infer_child \
    "$BUILD_DIR"/tests/server/runtime/cuda_graph_cache_test \
-   "$BUILD_DIR"/tests/server/runtime/gpu_instance_test .devpkg/bin/
+   "$BUILD_DIR"/tests/server/runtime/gpu_instance_test \
+   "$BUILD_DIR"/bench/grpc_api/grpc_api_cpu .devpkg/bin/
 cp "$BUILD_DIR"/kernels/cuda/libfuseserve_kernels_capi.so .devpkg/lib/
 strip .devpkg/bin/* .devpkg/lib/*.so
 
