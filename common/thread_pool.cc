@@ -1,20 +1,21 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "common/thread_name.h"
 
 namespace fuseserve {
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::string_view thread_name) {
   if (num_threads <= 0) {
     num_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
   }
   workers_.reserve(num_threads);
   for (int i = 0; i < num_threads; ++i) {
-    workers_.emplace_back([this] {
-      NameCurrentThread("fs-cpu-pool");
+    workers_.emplace_back([this, name = std::string(thread_name)] {
+      NameCurrentThread(name);
       WorkerLoop();
     });
   }
@@ -49,6 +50,11 @@ void ThreadPool::WorkerLoop() {
     }
     task();
   }
+}
+
+void ThreadPool::Post(std::function<void()> task) {
+  absl::MutexLock lock(&mu_);
+  tasks_.push_back(std::move(task));
 }
 
 void ThreadPool::ParallelFor(

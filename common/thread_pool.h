@@ -1,15 +1,21 @@
 #pragma once
 
-// A fixed pool of worker threads for data-parallel loops on the CPU backend.
+// A fixed pool of worker threads: for data-parallel loops on the CPU backend
+// (ParallelFor), and for tasks handed off to run elsewhere (Post: the
+// batcher's response threads).
 //
 // ParallelFor splits [0, n) into contiguous chunks and runs them on the pool
 // and on the calling thread, returning when all chunks are done. Several
 // threads may call ParallelFor on one pool at once (several model instances
 // share the process's cores); their chunks interleave on the workers.
+//
+// Tasks run in the order they were queued on one worker, concurrently on
+// several. Destruction runs every task queued before it began, then joins.
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -20,14 +26,19 @@ namespace fuseserve {
 
 class ThreadPool {
  public:
-  // `num_threads` workers (0 = hardware concurrency - 1, at least 1).
-  explicit ThreadPool(int num_threads = 0);
+  // `num_threads` workers (0 = hardware concurrency - 1, at least 1), each
+  // named `thread_name` (what profiles show; Linux keeps 15 characters).
+  explicit ThreadPool(int num_threads = 0, std::string_view thread_name = "fs-cpu-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Number of threads that run a ParallelFor: the workers plus the caller.
   int parallelism() const { return static_cast<int>(workers_.size()) + 1; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+
+  // Runs `task` on a worker, after the tasks queued before it.
+  void Post(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Calls fn(begin, end) over disjoint ranges covering [0, n), each at least
   // `min_chunk` long (except possibly the last). Blocks until all are done.

@@ -16,7 +16,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
-#include "server/batching/completion_pool.h"
+#include "common/thread_pool.h"
 
 namespace fuseserve {
 namespace {
@@ -121,7 +121,7 @@ class DynamicBatcher::Impl {
         metrics_(metrics),
         serving_instances_(static_cast<int64_t>(instances_.size())) {
     if (options_.response_threads > 0) {
-      completions_ = std::make_unique<CompletionPool>(options_.response_threads, "fs-answer");
+      response_threads_ = std::make_unique<ThreadPool>(options_.response_threads, "fs-answer");
     }
     absl::MutexLock lock(&join_mu_);
     for (const std::unique_ptr<Instance>& instance : instances_) {
@@ -211,8 +211,8 @@ class DynamicBatcher::Impl {
   // answered exactly once, whatever the instance did. Leaves `batch` empty.
   void Run(Instance* instance, Batch& batch) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Delivers the answers an executed batch recorded: on the completion
-  // pool when there is one (split over its threads), else here.
+  // Delivers the answers an executed batch recorded: on the response
+  // threads when there are some (split over them), else here.
   struct ExecutedBatch;
   void Deliver(std::shared_ptr<ExecutedBatch> executed);
 
@@ -245,9 +245,14 @@ class DynamicBatcher::Impl {
   }
 
   const BatcherOptions options_;
-  // Delivers answers when options_.response_threads > 0; reset by Shutdown
-  // once the workers, its only users, have been joined.
-  std::unique_ptr<CompletionPool> completions_;
+  // The threads that send executed batches' answers (options_.response_threads
+  // > 0), so that an instance's thread goes back to its next batch as soon as
+  // the batch's results are in, as Triton's backends hand responses to its
+  // front end. Answering a request runs its on_complete: for the gRPC front
+  // end, serialising the answer's header, recording metrics and Finish(),
+  // which writes the answer to the socket from the calling thread. Reset by
+  // Shutdown once the workers, its only users, have been joined.
+  std::unique_ptr<ThreadPool> response_threads_;
   // Merging is on: dynamic_batching with max_batch_size > 0.
   const bool batching_;
   const std::vector<std::unique_ptr<Instance>> instances_;
@@ -549,15 +554,15 @@ void DynamicBatcher::Impl::Deliver(std::shared_ptr<ExecutedBatch> executed) {
   // elsewhere saves the instance (an answer takes a few microseconds to send).
   constexpr size_t kMinAnswersPerTask = 4;
   const size_t size = executed->answers.size();
-  if (completions_ == nullptr || size < kMinAnswersPerTask) {
+  if (response_threads_ == nullptr || size < kMinAnswersPerTask) {
     executed->DeliverRange(0, size);
     return;
   }
-  const size_t threads = static_cast<size_t>(completions_->num_threads());
+  const size_t threads = static_cast<size_t>(response_threads_->num_workers());
   const size_t per_task = std::max(kMinAnswersPerTask, (size + threads - 1) / threads);
   for (size_t begin = 0; begin < size; begin += per_task) {
     const size_t end = std::min(size, begin + per_task);
-    completions_->Post([executed, begin, end] { executed->DeliverRange(begin, end); });
+    response_threads_->Post([executed, begin, end] { executed->DeliverRange(begin, end); });
   }
 }
 
@@ -661,7 +666,7 @@ void DynamicBatcher::Impl::Shutdown(absl::Time deadline) {
     if (worker.joinable()) worker.join();
   }
   if (reaper_.joinable()) reaper_.join();
-  completions_.reset();  // delivers every answer still queued
+  response_threads_.reset();  // delivers every answer still queued
 }
 
 DynamicBatcher::DynamicBatcher(BatcherOptions options,

@@ -54,7 +54,7 @@ struct BatcherOptions {
   absl::Duration default_timeout = absl::ZeroDuration();
   bool allow_timeout_override = false;
 
-  // Threads that deliver an executed batch's answers (completion_pool.h),
+  // Threads that deliver an executed batch's answers (a ThreadPool),
   // at least 4 answers per thread; 0 = the instance's own thread delivers
   // them before its next batch, as it does for any batch of fewer than 4.
   // Not from the model config: the server's --response-threads.
