@@ -110,7 +110,14 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
             "inferences_per_s": rate, "failed": level["requests"]["failed"],
             "avg_batch_size": level["server"].get("avg_batch_size"),
             "host_busy_cores": (last["host"][0] - first["host"][0]) / window_s,
-            "host_cores": (last["host"][1] - first["host"][1]) / window_s}
+            "host_cores": (last["host"][1] - first["host"][1]) / window_s,
+            "latency_us": level["latency_us"]}
+  if level["server"].get("available"):
+    # The server's own decomposition of a request (Triton's: queue, compute
+    # input, compute infer, compute output; the rest is the server's overhead).
+    result["server_phases_us"] = {
+        k: level["server"]["avg_%s_us" % k]
+        for k in ("request", "queue", "compute_input", "compute_infer", "compute_output")}
   for side in ("server", "client"):
     threads = by_name(first[side], last[side], window_s, inferences)
     us = sum(t["us_per_inference"] for t in threads.values())
@@ -215,8 +222,12 @@ def run(args):
         stem = os.path.join(args.logs, "%s-c%d%s" % (label, concurrency,
                                                      "-shm" if args.shared_memory else ""))
         # Output regions are sized for one request's output.
+        plan = plans[label]
         extra = (("--shared-memory", "system", "--output-shared-memory-size",
-                  str(plans[label]["output_bytes"])) if args.shared_memory else ())
+                  str(plan["output_bytes"])) if args.shared_memory else ())
+        # --shape only where the config has -1 dims (groupnorm), as serving_bench.
+        if plan["variable"]:
+          extra += ("--shape", ",".join(str(d) for d in plan["shape"]))
         results.append(measure_run(cli, url, models[label], concurrency, args, stem, extra))
         print(format_result(results[-1]), flush=True)
     finally:

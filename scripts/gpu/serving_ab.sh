@@ -5,42 +5,90 @@
 #     (bench/grpc_api/compare.sh), on this host's real core count;
 #  2. bench/cpu_split.py at gemm c64 with --response-threads 0, 2 and 4, over
 #     gRPC messages and over system shared memory, and gemm_nobatch c64 once
-#     (the denominator of the 5x batching target).
+#     (the denominator of the 5x batching target);
+#  3. (--delay) instead of 1 and 2: conv and groupnorm over system shared memory
+#     at c1 and c16, with the repository's max_queue_delay_microseconds and
+#     with 0, and the server's decomposition of a request at each.
 # A summary table is printed last; JSON and logs go to $OUT.
 #   scripts/gpu/serving_ab.sh [--duration-s 6 --warmup-s 2]   # any cpu_split.py flag
+#   scripts/gpu/serving_ab.sh --threads "0 4" --rounds 2 --no-grpc-api
+#   scripts/gpu/serving_ab.sh --delay
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 source scripts/gpu/unpack_package.sh
 nvidia-smi -L || true
-LD_LIBRARY_PATH=$PKG/lib:/usr/local/cuda/lib64 \
-  bench/grpc_api/compare.sh "$PKG/bin/grpc_api_cpu" 64 32768 5 | tee "$OUT/grpc_api.txt"
 split() {
   local name=$1; shift
   scripts/gpu/cpu_split.sh --out "$OUT/$name.json" --logs "$OUT/$name-logs" "$@" |
     tee "$OUT/$name.txt"
 }
-split nobatch --run gemm_nobatch:64 --duration-s 6 --warmup-s 2 "$@"
-for threads in 0 2 4; do
-  split "grpc-rt$threads" --run gemm:64 --duration-s 6 --warmup-s 2 \
-    --server-arg=--response-threads=$threads "$@"
-  split "shm-rt$threads" --run gemm:64 --duration-s 6 --warmup-s 2 --shared-memory \
-    --server-arg=--response-threads=$threads "$@"
-done
-python3 - "$OUT" <<'PY'
+if [ "${1:-}" = --delay ]; then
+  shift
+  for delay in -1 0; do
+    split "delay$delay" --run conv:1 --run conv:16 --run groupnorm:1 --run groupnorm:16 \
+      --shared-memory --queue-delay-us $delay --duration-s 6 --warmup-s 2 "$@"
+  done
+  exec python3 - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
+print("\nconv and groupnorm over system shared memory: the repository's batching delay (-1) and 0")
+print("%-28s %4s %6s %9s %8s %8s %8s %8s %8s %8s %9s %7s" % (
+    "model", "conc", "delay", "infer/s", "p50 ms", "avg ms", "request", "queue", "c.in",
+    "c.infer", "c.out", "rest"))
+for delay in (-1, 0):
+  with open(os.path.join(out, "delay%d.json" % delay)) as f:
+    runs = json.load(f)["runs"]
+  for r in runs:
+    p = r["server_phases_us"]
+    rest = p["request"] - p["queue"] - p["compute_input"] - p["compute_infer"] - p["compute_output"]
+    print("%-28s %4d %6s %9.1f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %9.3f %6.1f%%" % (
+        r["model"][:28], r["concurrency"], "repo" if delay < 0 else delay, r["inferences_per_s"],
+        r["latency_us"]["p50"] / 1e3, r["latency_us"]["avg"] / 1e3, p["request"] / 1e3,
+        p["queue"] / 1e3, p["compute_input"] / 1e3, p["compute_infer"] / 1e3,
+        p["compute_output"] / 1e3, 100 * rest / r["latency_us"]["avg"]))
+print("(ms: the server's averages per request; rest = request - queue - compute: its share of avg)")
+PY
+fi
+# The GEMM section's options: --threads "0 2 4" (the --response-threads values),
+# --rounds N (each setting N times, interleaved), --no-grpc-api (skip step 1).
+threads_list="0 2 4"; rounds=1; grpc_api=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --threads) threads_list=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --no-grpc-api) grpc_api=0; shift ;;
+    *) break ;;
+  esac
+done
+if [ $grpc_api = 1 ]; then
+  LD_LIBRARY_PATH=$PKG/lib:/usr/local/cuda/lib64 \
+    bench/grpc_api/compare.sh "$PKG/bin/grpc_api_cpu" 64 32768 5 | tee "$OUT/grpc_api.txt"
+fi
+split nobatch --run gemm_nobatch:64 --duration-s 6 --warmup-s 2 "$@"
+for round in $(seq "$rounds"); do
+  for threads in $threads_list; do
+    split "grpc-rt$threads-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 \
+      --server-arg=--response-threads=$threads "$@"
+    split "shm-rt$threads-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 --shared-memory \
+      --server-arg=--response-threads=$threads "$@"
+  done
+done
+python3 - "$OUT" "$rounds" $threads_list <<'PY'
+import json, os, sys
+out, rounds, threads_list = sys.argv[1], int(sys.argv[2]), [int(t) for t in sys.argv[3:]]
 def run(name):
   with open(os.path.join(out, name + ".json")) as f:
     return json.load(f)["runs"][0]
 base = run("nobatch")["inferences_per_s"]
 print("\ngemm c64 (batching off: %.0f infer/s)" % base)
-print("%-10s %-14s %10s %6s %8s %12s %12s" % ("tensors", "--response-", "infer/s", "batch",
-                                              "vs off", "server us", "client us"))
+print("%-10s %-14s %6s %10s %6s %8s %12s %12s" % ("tensors", "--response-", "round", "infer/s",
+                                                  "batch", "vs off", "server us", "client us"))
 for transport in ("grpc", "shm"):
-  for threads in (0, 2, 4):
-    r = run("%s-rt%d" % (transport, threads))
-    print("%-10s %-14s %10.0f %6.1f %7.2fx %12.1f %12.1f" % (
-        transport, "threads=%d" % threads, r["inferences_per_s"], r["avg_batch_size"] or 0,
-        r["inferences_per_s"] / base, r["server"]["us_per_inference"],
-        r["client"]["us_per_inference"]))
+  for threads in threads_list:
+    for round in range(1, rounds + 1):
+      r = run("%s-rt%d-r%d" % (transport, threads, round))
+      print("%-10s %-14s %6d %10.0f %6.1f %7.2fx %12.1f %12.1f" % (
+          transport, "threads=%d" % threads, round, r["inferences_per_s"],
+          r["avg_batch_size"] or 0, r["inferences_per_s"] / base,
+          r["server"]["us_per_inference"], r["client"]["us_per_inference"]))
 PY

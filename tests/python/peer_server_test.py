@@ -259,6 +259,13 @@ class ServingBenchTest(unittest.TestCase):
       if target["kind"] == "overhead":
         self.assertGreater(target["value"]["share"], 0, target)
         self.assertLess(target["value"]["share"], 1, target)
+        # Triton's split of the overhead: the queue and the copies are phases
+        # of the server's own request time, so they fit inside the overhead.
+        value = target["value"]
+        self.assertGreaterEqual(value["queue_ms"], 0, target)
+        self.assertGreaterEqual(value["copies_ms"], 0, target)
+        self.assertLessEqual(value["queue_ms"] + value["copies_ms"],
+                             value["overhead_ms"] * 1.001 + 1e-3, target)
     self.assertIn("targets (issue 6):", done.stdout)
     self.assertTrue(done.stdout.rstrip().splitlines()[-1].startswith("results: "), done.stdout)
 
