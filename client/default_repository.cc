@@ -76,15 +76,23 @@ void AddGroupNormAffine(WeightSource& source, const std::string& prefix, int64_t
   tensors->push_back(source.Normal(prefix + ".bias", {channels}, 0.0f, 0.1f));
 }
 
+// The conv and GroupNorm families batch what is queued when an instance comes
+// free and never wait for more: one of their requests (16-64 MiB) already
+// keeps the GPU and its copy engines busy, so waiting buys no throughput. On an
+// H100 over system shared memory, a 500 us delay against none: conv 627 vs 1011
+// infer/s at concurrency 1 and 1927 vs 2157 at 16, GroupNorm 287 vs 346 and 384
+// vs 413 (bench/results/2026-11-25-h100-serving-delay.md).
+constexpr char kLargeTensorBatching[] =
+    "dynamic_batching {\n  max_queue_delay_microseconds: 0\n"
+    "  default_queue_policy { max_queue_size: 256 }\n}\n";
+
 ModelFiles ConvModel(WeightSource& source, bool small) {
   const int64_t channels = small ? 8 : 64, kernel = 3, groups = small ? 4 : 8;
   const int64_t size = small ? 16 : 256;
   ModelFiles files{"convtranspose_gelu_groupnorm", "", {}};
   files.config = Config(
       files.name, small ? 8 : 32, {channels, size, size},
-      {channels, size + kernel - 1, size + kernel - 1}, 2,
-      "dynamic_batching {\n  max_queue_delay_microseconds: 500\n"
-      "  default_queue_policy { max_queue_size: 256 }\n}\n",
+      {channels, size + kernel - 1, size + kernel - 1}, 2, kLargeTensorBatching,
       absl::StrCat(Parameter("in_channels", absl::StrCat(channels)),
                    Parameter("out_channels", absl::StrCat(channels)),
                    Parameter("kernel_size", absl::StrCat(kernel)), Parameter("stride", "1"),
@@ -104,7 +112,13 @@ ModelFiles GemmModel(WeightSource& source, bool small) {
   ModelFiles files{"gemm_bias_hardtanh_mish_groupnorm", "", {}};
   files.config = Config(
       files.name, small ? 16 : 1024, {features}, {features}, 2,
-      "dynamic_batching {\n  max_queue_delay_microseconds: 200\n"
+      // No delay here either (kLargeTensorBatching says why it is 0 there):
+      // on an H100 at concurrency 64, 200 us against none gave the same
+      // throughput (41.3k/37.3k vs 41.6k/37.2k infer/s in two rounds; batches of
+      // 14 vs 6.5 form from what queues while both instances run), and at
+      // concurrency 1 the delay was 0.25 ms of waiting in every request (p50
+      // 0.62-0.72 vs 0.37-0.48 ms; bench/results/2026-11-25-h100-gemm-delay.md).
+      "dynamic_batching {\n  max_queue_delay_microseconds: 0\n"
       "  default_queue_policy { max_queue_size: 4096 }\n}\n",
       absl::StrCat(Parameter("in_features", absl::StrCat(features)),
                    Parameter("out_features", absl::StrCat(features)),
@@ -122,8 +136,7 @@ ModelFiles GroupNormModel(WeightSource& source, bool small) {
   const int64_t channels = small ? 8 : 64, groups = small ? 4 : 8;
   ModelFiles files{"groupnorm", "", {}};
   files.config = Config(files.name, small ? 8 : 16, {channels, -1, -1}, {channels, -1, -1}, 2,
-                        "dynamic_batching {\n  max_queue_delay_microseconds: 500\n"
-                        "  default_queue_policy { max_queue_size: 256 }\n}\n",
+                        kLargeTensorBatching,
                         absl::StrCat(Parameter("num_channels", absl::StrCat(channels)),
                                      Parameter("num_groups", absl::StrCat(groups))));
   AddGroupNormAffine(source, "gn", channels, &files.tensors);

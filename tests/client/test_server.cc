@@ -43,7 +43,7 @@ absl::StatusOr<std::string> MakeClientTestRepository() {
   const std::string slow_config = absl::StrReplaceAll(
       config, {{absl::StrCat("name: \"", kGroupNormModel, "\""),
                 absl::StrCat("name: \"", kSlowModel, "\"")},
-               {"max_queue_delay_microseconds: 500", "max_queue_delay_microseconds: 30000000"}});
+               {"max_queue_delay_microseconds: 0\n", "max_queue_delay_microseconds: 30000000\n"}});
   if (slow_config.find("30000000") == std::string::npos ||
       slow_config.find(kSlowModel) == std::string::npos) {
     return absl::InternalError(absl::StrCat("the groupnorm config changed shape; cannot derive ",

@@ -556,9 +556,11 @@ TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
                              patient / "1" / "model.safetensors");
   std::ifstream config_in(std::filesystem::path(repository) / kGroupNorm / "config.pbtxt");
   std::string config((std::istreambuf_iterator<char>(config_in)), {});
-  config.replace(config.find("name: \"groupnorm\""), 17, "name: \"patient_groupnorm\"");
-  config.replace(config.find("max_queue_delay_microseconds: 500"), 33,
-                 "max_queue_delay_microseconds: 30000000");
+  const std::string name = "name: \"groupnorm\"", delay = "max_queue_delay_microseconds: 0\n";
+  ASSERT_NE(config.find(name), std::string::npos) << config;
+  ASSERT_NE(config.find(delay), std::string::npos) << config;
+  config.replace(config.find(name), name.size(), "name: \"patient_groupnorm\"");
+  config.replace(config.find(delay), delay.size(), "max_queue_delay_microseconds: 30000000\n");
   std::ofstream(patient / "config.pbtxt") << config;
 
   auto server = ServerProcess::Start(ServerBinary(), repository, GetParam());
