@@ -100,8 +100,9 @@ Options:
                              RESOURCE_EXHAUSTED
   --response-threads=N       threads per model that send the answers of
                              executed batches, so that an instance starts its
-                             next batch without waiting for them (default 0:
-                             the instance's own thread sends them; at most 64)
+                             next batch without waiting for them (default 4;
+                             0: the instance's own thread sends them; at most
+                             64)
   --grpc-use-ssl=BOOL        serve gRPC over TLS (default false); needs
                              --grpc-server-cert and --grpc-server-key
   --grpc-use-ssl-mutual=BOOL TLS that also requires a client certificate

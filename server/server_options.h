@@ -13,6 +13,11 @@ namespace fuseserve {
 // gRPC over TLS: Triton's --grpc-use-ssl* flags, same names and meaning. The
 // paths name PEM files, read at start-up (LoadGrpcTls); their contents are
 // never logged.
+// --response-threads' default: on an H100 host at gemm concurrency 64, 4
+// threads were ahead of none in 5 of 6 interleaved pairs, by ~4-5% on
+// average (bench/results/2026-11-25-h100-serving-ab.md).
+inline constexpr int kDefaultResponseThreads = 4;
+
 struct GrpcSslOptions {
   // TLS on the gRPC port; needs server_cert and server_key.
   bool use_ssl = false;
@@ -47,7 +52,7 @@ struct ServerOptions {
   // Threads per model that send executed requests' answers, so that an
   // instance starts its next batch without waiting for them; 0 = each
   // instance's own thread sends its batch's answers.
-  int response_threads = 0;
+  int response_threads = kDefaultResponseThreads;
   GrpcSslOptions grpc_ssl;
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.

@@ -46,7 +46,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->exit_timeout_secs, 30);
   EXPECT_EQ(options->malloc_trim_interval_secs, 10);
   EXPECT_EQ(options->max_request_bytes, 2147483647);
-  EXPECT_EQ(options->response_threads, 0);
+  EXPECT_EQ(options->response_threads, 4);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
