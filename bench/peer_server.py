@@ -47,6 +47,7 @@ SIGTERM/SIGINT: stop accepting, finish running requests, exit 0.
 import argparse
 import asyncio
 import concurrent.futures
+import faulthandler
 import json
 import logging
 import math
@@ -558,6 +559,19 @@ def asyncio_servicer(service, executor):
   return type("AsyncioServicer", (base,), {rpc: handler(rpc) for rpc in RPCS})()
 
 
+# SIGTERM: RPCs in flight get this long to finish.
+SHUTDOWN_GRACE_S = 30
+# A peer still running this long after SIGTERM prints every thread's stack to
+# stderr (the bench's harness kills it at 60 s): after some GPU runs the peer
+# has failed to exit, and where it waits was never seen.
+STACKS_AFTER_S = 45
+
+
+def begin_shutdown():
+  logging.info("SIGTERM: stopping (grace %d s)", SHUTDOWN_GRACE_S)
+  faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
+
+
 def write_port_file(path, port):
   temporary = path + ".tmp"
   with open(temporary, "w") as f:
@@ -577,7 +591,9 @@ def serve_threads(service, args):
     signal.signal(signum, lambda *_: stop.set())
   announce(args, port)
   stop.wait()
-  server.stop(grace=30).wait()
+  begin_shutdown()
+  server.stop(grace=SHUTDOWN_GRACE_S).wait()
+  logging.info("gRPC server stopped")
 
 
 async def serve_asyncio(service, args):
@@ -592,7 +608,9 @@ async def serve_asyncio(service, args):
     asyncio.get_running_loop().add_signal_handler(signum, stop.set)
   announce(args, port)
   await stop.wait()
-  await server.stop(grace=30)
+  begin_shutdown()
+  await server.stop(grace=SHUTDOWN_GRACE_S)
+  logging.info("gRPC server stopped")
   executor.shutdown()
 
 
@@ -642,6 +660,7 @@ def main(argv):
     serve_threads(service, args)
   else:
     asyncio.run(serve_asyncio(service, args))
+  logging.info("exiting")
   return 0
 
 

@@ -375,6 +375,7 @@ class ServerProcess:
     self.repository = repository
     self.work_dir = work_dir
     self.expect_ready = expect_ready
+    self.name = "fuseserve"  # names the process in output()
     self.extra_args = list(extra_args)
     self.command = []
     self.process = None
@@ -388,8 +389,8 @@ class ServerProcess:
     self.port_file = os.path.join(work_dir, "ports.json")
 
   def output(self):
-    return ("--- fuseserve stderr ---\n%s\n--- fuseserve stdout ---\n%s" %
-            (_tail(self.stderr_path), _tail(self.stdout_path)))
+    return ("--- %s stderr ---\n%s\n--- %s stdout ---\n%s" %
+            (self.name, _tail(self.stderr_path), self.name, _tail(self.stdout_path)))
 
   def _fail(self, what):
     self.kill()
