@@ -10,14 +10,14 @@
 
 namespace fuseserve {
 
-// gRPC over TLS: Triton's --grpc-use-ssl* flags, same names and meaning. The
-// paths name PEM files, read at start-up (LoadGrpcTls); their contents are
-// never logged.
 // --response-threads' default: on an H100 host at gemm concurrency 64, 4
 // threads were ahead of none in 5 of 6 interleaved pairs, by ~4-5% on
 // average (bench/results/2026-11-25-h100-serving-ab.md).
 inline constexpr int kDefaultResponseThreads = 4;
 
+// gRPC over TLS: Triton's --grpc-use-ssl* flags, same names and meaning. The
+// paths name PEM files, read at start-up (LoadGrpcTls); their contents are
+// never logged.
 struct GrpcSslOptions {
   // TLS on the gRPC port; needs server_cert and server_key.
   bool use_ssl = false;
