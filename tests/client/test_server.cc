@@ -10,18 +10,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/default_repository.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
+#include "tests/e2e/repository_editing.h"
 #include "server/models/model_factory.h"
 #include "server/repository/model_config_loader.h"
 #include "server/repository/safetensors.h"
@@ -34,22 +32,9 @@ absl::StatusOr<std::string> MakeClientTestRepository() {
   const std::filesystem::path root(pattern);
   RETURN_IF_ERROR(WriteDefaultRepository(root.string(), RepositorySize::kSmall));
 
-  const std::filesystem::path slow = root / kSlowModel;
-  std::filesystem::create_directories(slow / "1");
-  std::filesystem::copy_file(root / kGroupNormModel / "1" / "model.safetensors",
-                             slow / "1" / "model.safetensors");
-  std::ifstream in(root / kGroupNormModel / "config.pbtxt");
-  const std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string slow_config = absl::StrReplaceAll(
-      config, {{absl::StrCat("name: \"", kGroupNormModel, "\""),
-                absl::StrCat("name: \"", kSlowModel, "\"")},
-               {"max_queue_delay_microseconds: 0\n", "max_queue_delay_microseconds: 30000000\n"}});
-  if (slow_config.find("30000000") == std::string::npos ||
-      slow_config.find(kSlowModel) == std::string::npos) {
-    return absl::InternalError(absl::StrCat("the groupnorm config changed shape; cannot derive ",
-                                            kSlowModel, ":\n", config));
-  }
-  std::ofstream(slow / "config.pbtxt") << slow_config;
+  RETURN_IF_ERROR(CopyModel(root, kGroupNormModel, kSlowModel, [](inference::ModelConfig& config) {
+    config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(30000000);
+  }));
   return root.string();
 }
 

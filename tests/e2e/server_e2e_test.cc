@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -30,6 +29,7 @@
 #include "server/repository/model_config_loader.h"
 #include "server/repository/safetensors.h"
 #include "server/repository/safetensors_writer.h"
+#include "tests/e2e/repository_editing.h"
 #include "tests/e2e/server_process.h"
 
 namespace fuseserve {
@@ -37,6 +37,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
+using testing::CopyModel;
 using testing::MetricValue;
 using testing::ServerProcess;
 
@@ -60,11 +61,7 @@ std::string MakeRepository() {
       absl::StrCat("fuseserve-e2e-repo-", ::getpid(), "-", std::rand());
   EXPECT_TRUE(WriteDefaultRepository(root.string(), RepositorySize::kSmall).ok());
   const std::filesystem::path broken = root / kBroken;
-  std::filesystem::create_directories(broken / "1");
-  std::ifstream config_in(root / kGroupNorm / "config.pbtxt");
-  std::string config((std::istreambuf_iterator<char>(config_in)), {});
-  config.replace(config.find("name: \"groupnorm\""), 17, "name: \"broken_groupnorm\"");
-  std::ofstream(broken / "config.pbtxt") << config;
+  EXPECT_TRUE(CopyModel(root, kGroupNorm, kBroken).ok());
   auto weights = SafetensorsFile::Open((root / kGroupNorm / "1" / "model.safetensors").string());
   EXPECT_TRUE(weights.ok());
   std::vector<NamedF32Tensor> tensors;
@@ -549,19 +546,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
   const std::string repository = MakeRepository();
-  const std::filesystem::path patient = std::filesystem::path(repository) / "patient_groupnorm";
-  std::filesystem::create_directories(patient / "1");
-  std::filesystem::copy_file(std::filesystem::path(repository) / kGroupNorm / "1" /
-                                 "model.safetensors",
-                             patient / "1" / "model.safetensors");
-  std::ifstream config_in(std::filesystem::path(repository) / kGroupNorm / "config.pbtxt");
-  std::string config((std::istreambuf_iterator<char>(config_in)), {});
-  const std::string name = "name: \"groupnorm\"", delay = "max_queue_delay_microseconds: 0\n";
-  ASSERT_NE(config.find(name), std::string::npos) << config;
-  ASSERT_NE(config.find(delay), std::string::npos) << config;
-  config.replace(config.find(name), name.size(), "name: \"patient_groupnorm\"");
-  config.replace(config.find(delay), delay.size(), "max_queue_delay_microseconds: 30000000\n");
-  std::ofstream(patient / "config.pbtxt") << config;
+  ASSERT_TRUE(CopyModel(repository, kGroupNorm, "patient_groupnorm",
+                        [](inference::ModelConfig& config) {
+                          config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(
+                              30000000);
+                        })
+                  .ok());
 
   auto server = ServerProcess::Start(ServerBinary(), repository, GetParam());
   ASSERT_TRUE(server.ok()) << server.status();
