@@ -66,9 +66,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
     server->shared_memory_ = std::make_unique<SharedMemoryManager>(
         SharedMemoryManager::kDefaultMaxRegions, PageLockedMemoryAvailable());
   }
-  server->service_ =
-      std::make_unique<InferenceService>(std::move(service_options), server->models_.get(),
-                                         Clock::Real(), server->shared_memory_.get());
+  service_options.infer_threads = options.grpc_infer_threads;
+  server->service_ = InferenceService::Create(std::move(service_options), server->models_.get(),
+                                              Clock::Real(), server->shared_memory_.get());
   GrpcServerOptions grpc_options;
   grpc_options.address = options.grpc_address;
   grpc_options.port = options.grpc_port;

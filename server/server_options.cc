@@ -27,6 +27,15 @@ absl::Status ParsePort(const std::string& flag, const std::string& value, int* p
   return absl::OkStatus();
 }
 
+absl::Status ParseThreadCount(const std::string& flag, const std::string& value, int max,
+                              int* threads) {
+  if (!absl::SimpleAtoi(value, threads) || *threads < 0 || *threads > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be an integer in [0, ", max, "], got \"", value, "\""));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBool(const std::string& flag, const std::string& value, bool* out) {
   if (value == "true" || value == "1") {
     *out = true;
@@ -103,6 +112,10 @@ Options:
                              next batch without waiting for them (default 4;
                              0: the instance's own thread sends them; at most
                              64)
+  --grpc-infer-threads=N     threads that receive ModelInfer calls, each
+                             serving a gRPC completion queue of its own
+                             (default 4; 0: gRPC's callback API and its own
+                             threads; at most 64)
   --grpc-use-ssl=BOOL        serve gRPC over TLS (default false); needs
                              --grpc-server-cert and --grpc-server-key
   --grpc-use-ssl-mutual=BOOL TLS that also requires a client certificate
@@ -171,12 +184,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
             "--malloc-trim-interval-secs must be a non-negative integer, got \"", value, "\""));
       }
     } else if (flag == "response-threads") {
-      if (!absl::SimpleAtoi(value, &options.response_threads) || options.response_threads < 0 ||
-          options.response_threads > kMaxResponseThreads) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--response-threads must be an integer in [0, ", kMaxResponseThreads,
-                         "], got \"", value, "\""));
-      }
+      RETURN_IF_ERROR(ParseThreadCount(flag, value, kMaxResponseThreads, &options.response_threads));
+    } else if (flag == "grpc-infer-threads") {
+      RETURN_IF_ERROR(
+          ParseThreadCount(flag, value, kMaxGrpcInferThreads, &options.grpc_infer_threads));
     } else if (flag == "max-request-bytes") {
       if (!absl::SimpleAtoi(value, &options.max_request_bytes) || options.max_request_bytes < 1) {
         return absl::InvalidArgumentError(absl::StrCat(

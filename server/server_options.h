@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/grpc/grpc_server.h"
+#include "server/grpc/inference_service.h"
 
 namespace fuseserve {
 
@@ -53,6 +54,9 @@ struct ServerOptions {
   // instance starts its next batch without waiting for them; 0 = each
   // instance's own thread sends its batch's answers.
   int response_threads = kDefaultResponseThreads;
+  // ModelInfer on this many gRPC completion queues, a thread each; 0 = on
+  // gRPC's callback API (InferenceServiceOptions::infer_threads).
+  int grpc_infer_threads = kDefaultGrpcInferThreads;
   GrpcSslOptions grpc_ssl;
   // Ready only when every model of the repository loaded (Triton's default);
   // otherwise ready when every model that loaded is ready.

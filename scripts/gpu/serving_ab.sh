@@ -3,15 +3,16 @@
 # builds it): issue 6's open serving questions in one call, ~4 minutes.
 #  1. gRPC's own CPU per call, callback API against completion-queue API
 #     (bench/grpc_api/compare.sh), on this host's real core count;
-#  2. bench/cpu_split.py at gemm c64 with --response-threads 0, 2 and 4, over
-#     gRPC messages and over system shared memory, and gemm_nobatch c64 once
-#     (the denominator of the 5x batching target);
+#  2. bench/cpu_split.py at gemm c64 with each value of one server flag
+#     (--response-threads 0, 2 and 4 unless --vary says otherwise), over gRPC
+#     messages and over system shared memory, and gemm_nobatch c64 once per
+#     value (the denominator of the 5x batching target);
 #  3. (--delay) instead of 1 and 2: conv and groupnorm over system shared memory
 #     at c1 and c16, with the repository's max_queue_delay_microseconds and
 #     with 0, and the server's decomposition of a request at each.
 # A summary table is printed last; JSON and logs go to $OUT.
 #   scripts/gpu/serving_ab.sh [--duration-s 6 --warmup-s 2]   # any cpu_split.py flag
-#   scripts/gpu/serving_ab.sh --threads "0 4" --rounds 2 --no-grpc-api
+#   scripts/gpu/serving_ab.sh --vary grpc-infer-threads "0 4" --rounds 2 --no-grpc-api
 #   scripts/gpu/serving_ab.sh --delay
 set -euo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -49,12 +50,13 @@ for delay in (-1, 0):
 print("(ms: the server's averages per request; rest = request - queue - compute: its share of avg)")
 PY
 fi
-# The GEMM section's options: --threads "0 2 4" (the --response-threads values),
-# --rounds N (each setting N times, interleaved), --no-grpc-api (skip step 1).
-threads_list="0 2 4"; rounds=1; grpc_api=1
+# The GEMM section's options: --vary FLAG "V1 V2 ..." (the server flag and its
+# values; default response-threads "0 2 4"), --rounds N (each value N times,
+# interleaved), --no-grpc-api (skip step 1).
+flag=response-threads; values="0 2 4"; rounds=1; grpc_api=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --threads) threads_list=$2; shift 2 ;;
+    --vary) flag=$2; values=$3; shift 3 ;;
     --rounds) rounds=$2; shift 2 ;;
     --no-grpc-api) grpc_api=0; shift ;;
     *) break ;;
@@ -64,31 +66,35 @@ if [ $grpc_api = 1 ]; then
   LD_LIBRARY_PATH=$PKG/lib:/usr/local/cuda/lib64 \
     bench/grpc_api/compare.sh "$PKG/bin/grpc_api_cpu" 64 32768 5 | tee "$OUT/grpc_api.txt"
 fi
-split nobatch --run gemm_nobatch:64 --duration-s 6 --warmup-s 2 "$@"
+for value in $values; do
+  split "nobatch-v$value" --run gemm_nobatch:64 --duration-s 6 --warmup-s 2 \
+    --server-arg=--$flag=$value "$@"
+done
 for round in $(seq "$rounds"); do
-  for threads in $threads_list; do
-    split "grpc-rt$threads-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 \
-      --server-arg=--response-threads=$threads "$@"
-    split "shm-rt$threads-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 --shared-memory \
-      --server-arg=--response-threads=$threads "$@"
+  for value in $values; do
+    split "grpc-v$value-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 \
+      --server-arg=--$flag=$value "$@"
+    split "shm-v$value-r$round" --run gemm:64 --duration-s 6 --warmup-s 2 --shared-memory \
+      --server-arg=--$flag=$value "$@"
   done
 done
-python3 - "$OUT" "$rounds" $threads_list <<'PY'
+python3 - "$OUT" "$rounds" "$flag" $values <<'PY'
 import json, os, sys
-out, rounds, threads_list = sys.argv[1], int(sys.argv[2]), [int(t) for t in sys.argv[3:]]
+out, rounds, flag, values = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def run(name):
   with open(os.path.join(out, name + ".json")) as f:
     return json.load(f)["runs"][0]
-base = run("nobatch")["inferences_per_s"]
-print("\ngemm c64 (batching off: %.0f infer/s)" % base)
-print("%-10s %-14s %6s %10s %6s %8s %12s %12s" % ("tensors", "--response-", "round", "infer/s",
-                                                  "batch", "vs off", "server us", "client us"))
+print("\ngemm c64, batching on against off at the same --%s" % flag)
+print("%-8s %-24s %6s %10s %6s %10s %8s %12s %12s" % (
+    "tensors", "server flag", "round", "infer/s", "batch", "off", "vs off", "server us",
+    "client us"))
 for transport in ("grpc", "shm"):
-  for threads in threads_list:
+  for value in values:
+    base = run("nobatch-v%s" % value)["inferences_per_s"]
     for round in range(1, rounds + 1):
-      r = run("%s-rt%d-r%d" % (transport, threads, round))
-      print("%-10s %-14s %6d %10.0f %6.1f %7.2fx %12.1f %12.1f" % (
-          transport, "threads=%d" % threads, round, r["inferences_per_s"],
-          r["avg_batch_size"] or 0, r["inferences_per_s"] / base,
+      r = run("%s-v%s-r%d" % (transport, value, round))
+      print("%-8s %-24s %6d %10.0f %6.1f %10.0f %7.2fx %12.1f %12.1f" % (
+          transport, "--%s=%s" % (flag, value), round, r["inferences_per_s"],
+          r["avg_batch_size"] or 0, base, r["inferences_per_s"] / base,
           r["server"]["us_per_inference"], r["client"]["us_per_inference"]))
 PY

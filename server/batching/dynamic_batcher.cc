@@ -21,6 +21,11 @@
 namespace fuseserve {
 namespace {
 
+// How often the reaper asks queued requests whether their client has gone
+// away: a cancelled request leaves the queue (and frees its slot) within
+// this, not when its batch would have formed.
+constexpr absl::Duration kCancellationPoll = absl::Milliseconds(50);
+
 // A config field in microseconds (uint64 on the wire) as a Duration.
 absl::StatusOr<absl::Duration> MicrosecondsField(uint64_t value, const char* field) {
   if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -435,6 +440,8 @@ absl::Time DynamicBatcher::Impl::ReapLocked(absl::Time now, std::vector<Answer>*
       dropped->push_back(Answer{std::move(entry.request), std::move(drop)});
     } else {
       next = std::min(next, entry.deadline);
+      // A client may go away at any time: look again soon.
+      if (entry.request->is_cancelled) next = std::min(next, now + kCancellationPoll);
     }
   }
   EraseTakenLocked();
@@ -622,7 +629,12 @@ void DynamicBatcher::Impl::Enqueue(std::unique_ptr<InferenceRequest> request) {
           absl::StrCat("queue is full: ", RequestLabel(*entry.request),
                        " exceeds maximum queue size of ", options_.max_queue_size));
     } else {
-      if (entry.deadline < reaper_wake_) reaper_kick_ = true;
+      // The reaper must look at this request by its deadline, or within a
+      // poll if its client may cancel it.
+      const absl::Time look_by = entry.request->is_cancelled
+                                     ? std::min(entry.deadline, now + kCancellationPoll)
+                                     : entry.deadline;
+      if (look_by < reaper_wake_) reaper_kick_ = true;
       if (LeaderMustRevisitLocked(*entry.request)) ++version_;
       queue_.push_back(std::move(entry));
       AddPendingLocked(1);

@@ -93,7 +93,8 @@ class DynamicBatcher {
   // is answered by an instance (its batch's `exec_start` set when
   // dispatched) or, without executing, with
   // DEADLINE_EXCEEDED once min(request->deadline, enqueued + queue timeout)
-  // passes, CANCELLED once is_cancelled() returns true, or UNAVAILABLE if it
+  // passes, CANCELLED once is_cancelled() returns true (asked whenever the
+  // queue changes, and every 50 ms while the request waits), or UNAVAILABLE if it
   // is still queued at the shutdown deadline or when the last healthy
   // instance is retired. The queue timeout is the
   // policy's default_timeout (shortened by requested_timeout when

@@ -10,6 +10,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_posix.h"
+#include "common/thread_name.h"
 
 namespace fuseserve {
 namespace {
@@ -28,7 +29,7 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options,
-                                                              InferenceService* service) {
+                                                              GrpcServiceHost* host) {
   grpc::EnableDefaultHealthCheckService(true);
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   grpc::ServerBuilder builder;
@@ -51,7 +52,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
     server->listener_ = *std::move(listener);
     server->port_ = server->listener_->port();
   }
-  builder.RegisterService(service);
+  builder.RegisterService(host->service());
+  for (int i = 0; i < host->completion_queues(); ++i) {
+    server->queues_.push_back(builder.AddCompletionQueue());
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ != nullptr && server->listener_ != nullptr) {
     grpc::Server* grpc_server = server->server_.get();
@@ -59,11 +63,19 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
         [grpc_server](int fd) { grpc::AddInsecureChannelFromFd(grpc_server, fd); });
   }
   if (server->server_ == nullptr || server->port_ == 0) {
+    // The destructor shuts a server that started down, queues included.
+    if (server->server_ == nullptr) server->ShutdownQueues();
     return absl::UnavailableError(absl::StrCat(
         "cannot serve gRPC on ", endpoint,
         options.tls.has_value() ? " (address in use or not local, or gRPC rejected the TLS "
                                   "certificate or key: see its log line above)"
                                 : " (address in use or not local?)"));
+  }
+  for (const std::unique_ptr<grpc::ServerCompletionQueue>& queue : server->queues_) {
+    server->queue_threads_.emplace_back([host, queue = queue.get()] {
+      NameCurrentThread("fs-grpc-queue");
+      host->ServeCompletionQueue(queue);
+    });
   }
   server->SetServing(false);
   return server;
@@ -82,8 +94,26 @@ void GrpcServer::Shutdown(absl::Time deadline) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   if (listener_ != nullptr) listener_->StopAccepting(kHandshakeSettle);
+  // Returns once every call has finished: the queues' threads keep serving
+  // until then (the answers of calls in flight complete on them).
   server_->Shutdown(absl::ToChronoTime(deadline));
   server_->Wait();
+  ShutdownQueues();
+}
+
+void GrpcServer::ShutdownQueues() {
+  for (const std::unique_ptr<grpc::ServerCompletionQueue>& queue : queues_) queue->Shutdown();
+  if (queue_threads_.empty()) {
+    // No thread served them (the server did not start): drain them here.
+    void* tag = nullptr;
+    bool ok = false;
+    for (const std::unique_ptr<grpc::ServerCompletionQueue>& queue : queues_) {
+      while (queue->Next(&tag, &ok)) {
+      }
+    }
+  }
+  for (std::thread& thread : queue_threads_) thread.join();
+  queue_threads_.clear();
 }
 
 }  // namespace fuseserve

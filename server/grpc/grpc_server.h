@@ -16,11 +16,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
-#include "server/grpc/inference_service.h"
+#include "grpcpp/completion_queue.h"
+#include "server/grpc/grpc_service_host.h"
 #include "server/grpc/tcp_listener.h"
 
 namespace fuseserve {
@@ -44,11 +47,12 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  // Binds options.address:options.port and starts serving `service`, which
-  // must outlive the server. Health starts NOT_SERVING. Unavailable when the
-  // port cannot be bound or gRPC rejects the TLS material.
+  // Binds options.address:options.port and starts serving `host`'s service
+  // (and its completion queues, a thread each); `host` must outlive the
+  // server. Health starts NOT_SERVING. Unavailable when the port cannot be
+  // bound or gRPC rejects the TLS material.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
-                                                           InferenceService* service);
+                                                           GrpcServiceHost* host);
   ~GrpcServer();
 
   int port() const { return port_; }
@@ -60,8 +64,9 @@ class GrpcServer {
   // Stops taking connections (plaintext: TcpListener::StopAccepting, giving
   // handshakes under way kHandshakeSettle), sends every connection a graceful
   // GOAWAY (streams the client started before it saw it are still served),
-  // lets the RPCs in flight finish until `deadline`, then cancels the rest.
-  // Idempotent.
+  // lets the RPCs in flight finish until `deadline`, then cancels the rest;
+  // returns once every call has finished and the completion queues are
+  // drained. Idempotent.
   void Shutdown(absl::Time deadline);
 
   // One round trip of even a distant client: a handshake under way when the
@@ -70,9 +75,15 @@ class GrpcServer {
 
  private:
   GrpcServer() = default;
+  // Shuts the completion queues down and waits until they are drained.
+  void ShutdownQueues();
 
   std::unique_ptr<TcpListener> listener_;  // null over TLS
+  // The host's completion queues (destroyed after the server) and the
+  // threads that serve them.
+  std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;
   std::unique_ptr<grpc::Server> server_;
+  std::vector<std::thread> queue_threads_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -485,11 +486,37 @@ TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
   EXPECT_THAT(std::string(server.status().message()), HasSubstr("/nonexistent/repository"));
 }
 
-// --response-threads=2: concurrent requests, batched, are each answered with
-// their own output, by the model's response threads.
-TEST(ServerE2eCommandLineTest, ResponseThreadsAnswerConcurrentRequestsWithTheirOwnOutputs) {
+// How a server receives ModelInfer and sends answers: completion-queue
+// threads (the default; one of them, to exercise a single queue) or gRPC's
+// callback API, with or without response threads.
+struct InferPath {
+  const char* name;
+  std::vector<std::string> flags;
+};
+
+void PrintTo(const InferPath& path, std::ostream* os) { *os << path.name; }
+
+std::string InferPathName(const ::testing::TestParamInfo<InferPath>& info) {
+  return info.param.name;
+}
+
+const InferPath kInferPaths[] = {
+    {"QueuesAndResponseThreads", {"--response-threads=2"}},
+    {"OneQueueNoResponseThreads", {"--grpc-infer-threads=1", "--response-threads=0"}},
+    {"CallbackApiAndResponseThreads", {"--grpc-infer-threads=0", "--response-threads=2"}},
+    {"CallbackApiNoResponseThreads", {"--grpc-infer-threads=0", "--response-threads=0"}},
+};
+
+class ServerE2eInferPathTest : public ::testing::TestWithParam<InferPath> {};
+
+INSTANTIATE_TEST_SUITE_P(Paths, ServerE2eInferPathTest, ::testing::ValuesIn(kInferPaths),
+                         InferPathName);
+
+// Concurrent requests, batched, are each answered with their own output; a
+// request for an unknown model, sent among them, gets NOT_FOUND.
+TEST_P(ServerE2eInferPathTest, AnswersConcurrentRequestsWithTheirOwnOutputs) {
   const std::string repository = MakeRepository();
-  auto server = ServerProcess::Start(ServerBinary(), repository, {"--response-threads=2"});
+  auto server = ServerProcess::Start(ServerBinary(), repository, GetParam().flags);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
   auto stub = inference::GRPCInferenceService::NewStub(channel);
@@ -509,6 +536,13 @@ TEST(ServerE2eCommandLineTest, ResponseThreadsAnswerConcurrentRequestsWithTheirO
     call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     call->Start(*stub, call->request);
   }
+  inference::ModelInferRequest unknown = MakeRequest("no_such_model", shape, calls[0]->input);
+  inference::ModelInferResponse unknown_response;
+  grpc::ClientContext unknown_context;
+  const grpc::Status unknown_status =
+      stub->ModelInfer(&unknown_context, unknown, &unknown_response);
+  EXPECT_EQ(unknown_status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(unknown_status.error_message(), HasSubstr("no_such_model"));
   const absl::StatusOr<Tolerance> tolerance = ToleranceOf(*stub, kGemm);
   ASSERT_TRUE(tolerance.ok()) << tolerance.status();
   for (auto& call : calls) {
@@ -535,28 +569,60 @@ namespace {
 // queue delay is not waited out, and the server exits 0 (SPEC.md §7). The
 // model waits up to 30 s to fill a batch of 8, so the 6 requests stay queued
 // until the shutdown dispatches them — on any device speed.
-class ServerE2eShutdownTest : public ::testing::TestWithParam<std::vector<std::string>> {};
+class ServerE2eShutdownTest : public ::testing::TestWithParam<InferPath> {};
 
-INSTANTIATE_TEST_SUITE_P(
-    Answers, ServerE2eShutdownTest,
-    ::testing::Values(std::vector<std::string>{}, std::vector<std::string>{"--response-threads=2"}),
-    [](const ::testing::TestParamInfo<std::vector<std::string>>& info) {
-      return info.param.empty() ? std::string("ByInstances") : std::string("ByResponseThreads");
-    });
+INSTANTIATE_TEST_SUITE_P(Paths, ServerE2eShutdownTest, ::testing::ValuesIn(kInferPaths),
+                         InferPathName);
 
-TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
-  const std::string repository = MakeRepository();
-  ASSERT_TRUE(CopyModel(repository, kGroupNorm, "patient_groupnorm",
+// The default repository plus patient_groupnorm, a copy of the groupnorm
+// model that waits up to 30 s to fill a batch of 8; a server on it and a stub.
+struct PatientServer {
+  ~PatientServer() {
+    server.reset();
+    if (!repository.empty()) std::filesystem::remove_all(repository);
+  }
+
+  std::string repository;
+  std::unique_ptr<ServerProcess> server;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+};
+
+void StartPatientServer(const std::vector<std::string>& flags, PatientServer* out) {
+  out->repository = MakeRepository();
+  ASSERT_TRUE(CopyModel(out->repository, kGroupNorm, "patient_groupnorm",
                         [](inference::ModelConfig& config) {
                           config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(
                               30000000);
                         })
                   .ok());
-
-  auto server = ServerProcess::Start(ServerBinary(), repository, GetParam());
+  auto server = ServerProcess::Start(ServerBinary(), out->repository, flags);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
-  auto stub = inference::GRPCInferenceService::NewStub(channel);
+  out->server = *std::move(server);
+  out->stub = inference::GRPCInferenceService::NewStub(
+      grpc::CreateChannel(out->server->grpc_target(), grpc::InsecureChannelCredentials()));
+}
+
+// Polls the server's metric `name` of patient_groupnorm (with `extra_labels`)
+// until it equals `value`, for at most 20 s; returns the last value read.
+double AwaitPatientMetric(const ServerProcess& server, const std::string& name, double value,
+                          std::map<std::string, std::string> extra_labels = {}) {
+  httplib::Client http("127.0.0.1", server.metrics_port());
+  std::map<std::string, std::string> labels = {{"model", "patient_groupnorm"}, {"version", "1"}};
+  labels.insert(extra_labels.begin(), extra_labels.end());
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  double seen = -1;
+  while (absl::Now() < give_up && seen != value) {
+    auto metrics = http.Get("/metrics");
+    if (metrics) seen = MetricValue(metrics->body, name, labels);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return seen;
+}
+
+TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
+  PatientServer patient;
+  ASSERT_NO_FATAL_FAILURE(StartPatientServer(GetParam().flags, &patient));
+  ServerProcess* server = patient.server.get();
 
   constexpr int kRequests = 6;
   const Shape shape = {1, 8, 32, 32};
@@ -565,32 +631,56 @@ TEST_P(ServerE2eShutdownTest, SigtermDrainsQueuedRequests) {
   std::vector<std::unique_ptr<AsyncInfer>> calls;
   for (int i = 0; i < kRequests; ++i) {
     calls.push_back(std::make_unique<AsyncInfer>());
-    calls.back()->Start(*stub, request);
+    calls.back()->Start(*patient.stub, request);
   }
   // Wait until the server holds all of them in its queue, then stop it.
-  httplib::Client http("127.0.0.1", (*server)->metrics_port());
-  const std::map<std::string, std::string> labels = {{"model", "patient_groupnorm"},
-                                                     {"version", "1"}};
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  double pending = 0;
-  while (absl::Now() < give_up && pending < kRequests) {
-    auto metrics = http.Get("/metrics");
-    if (metrics) pending = MetricValue(metrics->body, "nv_inference_pending_request_count", labels);
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  ASSERT_EQ(pending, kRequests);
+  ASSERT_EQ(AwaitPatientMetric(*server, "nv_inference_pending_request_count", kRequests),
+            kRequests);
   const absl::Time stop = absl::Now();
-  absl::StatusOr<int> exit_code = (*server)->Terminate();
+  absl::StatusOr<int> exit_code = server->Terminate();
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
-  EXPECT_EQ(*exit_code, 0) << (*server)->Log();
+  EXPECT_EQ(*exit_code, 0) << server->Log();
   EXPECT_LT(absl::Now() - stop, absl::Seconds(20)) << "shutdown waited for the queue delay";
   for (auto& call : calls) {
     ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
     ASSERT_TRUE(call->status.ok()) << call->status.error_message();
     EXPECT_EQ(call->response.raw_output_contents(0).size(), NumElements(shape) * sizeof(float));
   }
-  EXPECT_THAT((*server)->Log(), HasSubstr("draining"));
-  std::filesystem::remove_all(repository);
+  EXPECT_THAT(server->Log(), HasSubstr("draining"));
+}
+
+// A client that gives up on a queued request: the server notices within its
+// queue's poll, drops the request with CANCELLED (counted as a CANCELED
+// failure) without waiting for the batch to fill, and keeps serving.
+TEST_P(ServerE2eInferPathTest, ClientCancellationDropsItsQueuedRequest) {
+  PatientServer patient;
+  ASSERT_NO_FATAL_FAILURE(StartPatientServer(GetParam().flags, &patient));
+  ServerProcess* server = patient.server.get();
+
+  const Shape shape = {1, 8, 16, 16};
+  const inference::ModelInferRequest request =
+      MakeRequest("patient_groupnorm", shape, RandomValues(NumElements(shape), 11));
+  AsyncInfer call;
+  call.Start(*patient.stub, request);
+  ASSERT_EQ(AwaitPatientMetric(*server, "nv_inference_pending_request_count", 1), 1);
+  call.context.TryCancel();
+  ASSERT_TRUE(call.done.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(call.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(AwaitPatientMetric(*server, "nv_inference_request_failure", 1, {{"reason", "CANCELED"}}),
+            1)
+      << server->Log();
+  EXPECT_EQ(AwaitPatientMetric(*server, "nv_inference_pending_request_count", 0), 0);
+
+  // The server still answers, on the same connection.
+  const inference::ModelInferRequest next =
+      MakeRequest(kGroupNorm, shape, RandomValues(NumElements(shape), 12));
+  inference::ModelInferResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  EXPECT_TRUE(patient.stub->ModelInfer(&context, next, &response).ok());
+  absl::StatusOr<int> exit_code = server->Terminate();
+  ASSERT_TRUE(exit_code.ok()) << exit_code.status();
+  EXPECT_EQ(*exit_code, 0) << server->Log();
 }
 
 }  // namespace

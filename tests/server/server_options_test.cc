@@ -47,6 +47,7 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->malloc_trim_interval_secs, 10);
   EXPECT_EQ(options->max_request_bytes, 2147483647);
   EXPECT_EQ(options->response_threads, 4);
+  EXPECT_EQ(options->grpc_infer_threads, 4);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
@@ -62,11 +63,12 @@ TEST(ServerOptionsTest, ParsesEveryFlagInEqualsForm) {
              "--exit-timeout-secs=5", "--grpc-address=127.0.0.1", "--metrics-address=::1",
              "--strict-readiness=true", "--port-file=/tmp/ports.json", "--max-request-bytes=4096",
              "--allow-shared-memory=true", "--batch-trace-file=/tmp/trace.json",
-             "--malloc-trim-interval-secs=0", "--response-threads=3"});
+             "--malloc-trim-interval-secs=0", "--response-threads=3", "--grpc-infer-threads=0"});
 
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->malloc_trim_interval_secs, 0);
   EXPECT_EQ(options->response_threads, 3);
+  EXPECT_EQ(options->grpc_infer_threads, 0);
   EXPECT_TRUE(options->allow_shared_memory);
   EXPECT_EQ(options->batch_trace_file, "/tmp/trace.json");
   EXPECT_EQ(options->max_request_bytes, 4096);
@@ -149,6 +151,14 @@ TEST(ServerOptionsTest, RejectsResponseThreadsOutsideZeroToSixtyFour) {
   for (const char* value : {"-1", "65", "two", "1.5", ""}) {
     EXPECT_THAT(ParseError({"--model-repository=/m", std::string("--response-threads=") + value}),
                 HasSubstr("--response-threads must be an integer in [0, 64]"))
+        << value;
+  }
+}
+
+TEST(ServerOptionsTest, RejectsGrpcInferThreadsOutsideZeroToSixtyFour) {
+  for (const char* value : {"-1", "65", "four", "2.5", ""}) {
+    EXPECT_THAT(ParseError({"--model-repository=/m", std::string("--grpc-infer-threads=") + value}),
+                HasSubstr("--grpc-infer-threads must be an integer in [0, 64]"))
         << value;
   }
 }

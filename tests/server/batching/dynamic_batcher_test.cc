@@ -480,6 +480,24 @@ TEST_F(DynamicBatcherTest, CancellationIsNoticedWhileInstanceIsBusy) {
   EXPECT_EQ(recorder_.batches().size(), 1u);
 }
 
+// Nothing else happens in the batcher (no arrival, no deadline, a queue
+// delay far away): the reaper's poll still finds the cancelled request.
+TEST_F(DynamicBatcherTest, CancellationIsNoticedByPollingWhileTheBatchWaits) {
+  const absl::Time start = clock_.Now();
+  Start(Batching(4, absl::Seconds(30)));
+  std::atomic<bool> cancelled{false};
+  Outcome* a;
+  auto request = MakeRequest("a", {1, 3}, &a);
+  request->is_cancelled = [&cancelled] { return cancelled.load(); };
+  batcher_->Enqueue(std::move(request));
+  ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(start + absl::Milliseconds(50)));
+  cancelled.store(true);
+  clock_.Advance(absl::Milliseconds(50));
+  ASSERT_TRUE(a->WaitForAnswer());
+  EXPECT_EQ(a->status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(recorder_.batches().empty());
+}
+
 TEST_F(DynamicBatcherTest, TwoInstancesExecuteBatchesConcurrently) {
   Start(Batching(4, absl::ZeroDuration()), /*instance_count=*/2);
   recorder_.Block();

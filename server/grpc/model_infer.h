@@ -1,0 +1,57 @@
+#pragma once
+
+// ModelInfer's work, whichever gRPC API receives the call (the callback API or
+// completion queues): parse the raw request, decode it against the model's
+// config, hand it to the model's batcher, and serialise the answer once the
+// batch has run. The caller only supplies the call's deadline, a way to ask
+// whether the client has gone away, and what to do with the result.
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "server/batching/clock.h"
+#include "server/runtime/host_buffer_pool.h"
+#include "server/runtime/model_manager.h"
+#include "server/shm/shared_memory_manager.h"
+
+namespace fuseserve {
+
+class ModelInferHandler {
+ public:
+  // Called exactly once per Start, from any thread: the final status and,
+  // when it is OK, the serialised answer (empty otherwise).
+  using Done = std::function<void(const absl::Status& status, grpc::ByteBuffer answer)>;
+
+  // What Start needs to know of the call.
+  struct CallInfo {
+    absl::Time deadline = absl::InfiniteFuture();
+    // True once the client has gone away; may be empty (never cancelled).
+    std::function<bool()> is_cancelled;
+  };
+
+  // `models`, `clock` and `shared_memory` (null: the extension is off) must
+  // outlive the handler. `page_locked_outputs`: answers' output buffers are
+  // page-locked (needs a CUDA device), so GPU instances copy into them
+  // directly.
+  ModelInferHandler(const ModelManager* models, Clock* clock, SharedMemoryManager* shared_memory,
+                    bool page_locked_outputs);
+
+  // Handles one ModelInfer request. A request that cannot be parsed or
+  // decoded, or names no ready model, is answered (through `done`) before
+  // Start returns; any other is answered when its batch has run. `request`
+  // is read only during the call: the bytes the batch needs are kept alive
+  // by the handler.
+  void Start(const grpc::ByteBuffer& request, CallInfo call, Done done) const;
+
+ private:
+  const ModelManager* models_;
+  Clock* clock_;
+  SharedMemoryManager* shared_memory_;
+  // Answers' output tensors, reused across requests.
+  std::shared_ptr<HostBufferPool> output_buffers_;
+};
+
+}  // namespace fuseserve

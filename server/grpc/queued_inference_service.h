@@ -1,0 +1,34 @@
+#pragma once
+
+// ModelInfer on gRPC's completion-queue API (--grpc-infer-threads=N, N > 0,
+// the default): N completion queues, each served by a thread of its own that
+// runs the handler of every call arriving on it (parse, decode, enqueue); the
+// answer is sent from whichever thread completes the request. The other RPCs
+// stay on the callback API.
+//
+// Why: in a gRPC echo of a 32 KiB ModelInfer at concurrency 64 on a 16-core
+// H100 host (bench/grpc_api, bench/results/2026-11-25-h100-grpc-api.txt), the
+// callback API served 49.7k calls/s at 99.7 us of server CPU per call, and 4
+// completion-queue threads 54.7k at 63.0 us: the CPU gRPC spends per call is
+// CPU the batcher, the instances and a co-located client do not get.
+
+#include "server/grpc/inference_rpcs.h"
+
+namespace fuseserve {
+
+class QueuedInferenceService final : public InferenceRpcs<QueuedModelInferApi> {
+ public:
+  // See InferenceService::Create; options.infer_threads > 0.
+  QueuedInferenceService(InferenceServiceOptions options, const ModelManager* models, Clock* clock,
+                         SharedMemoryManager* shared_memory);
+
+  int completion_queues() const override { return options().infer_threads; }
+  void ServeCompletionQueue(grpc::ServerCompletionQueue* queue) override;
+
+  // Calls requested ahead on each queue: how many may arrive on it at once
+  // before the first of them is requested again (gRPC holds further calls
+  // until then).
+  static constexpr int kCallsRequestedPerQueue = 32;
+};
+
+}  // namespace fuseserve
