@@ -165,7 +165,7 @@ def parse_args(argv):
                            "gemm_nobatch; repeatable")
   parser.add_argument("--warmup-s", type=float, default=3.0)
   parser.add_argument("--duration-s", type=float, default=8.0)
-  parser.add_argument("--channels", type=int, default=4)
+  parser.add_argument("--channels", type=int, default=sb.DEFAULT_CHANNELS)
   parser.add_argument("--quick", action="store_true", help="the small repository")
   parser.add_argument("--instances", type=int, default=0,
                       help="instance_group count of every model (default: the repository's)")

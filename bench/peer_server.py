@@ -590,7 +590,12 @@ def serve_threads(service, args):
   for signum in (signal.SIGTERM, signal.SIGINT):
     signal.signal(signum, lambda *_: stop.set())
   announce(args, port)
-  stop.wait()
+  # A timed wait: Python runs a signal's handler in the main thread, but the
+  # kernel may deliver SIGTERM to any thread (CUDA's and gRPC's included), and
+  # then an untimed wait is never interrupted to run it. The peer's missing
+  # "SIGTERM: stopping" line on GPU hosts is the likely sign of it.
+  while not stop.wait(timeout=0.2):
+    pass
   begin_shutdown()
   server.stop(grace=SHUTDOWN_GRACE_S).wait()
   logging.info("gRPC server stopped")

@@ -51,6 +51,13 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
+
+# The client's gRPC channels, each its own HTTP/2 connection: at concurrency 64,
+# 16 connections (4 calls each) against 4 gave the batched GEMM +15% and
+# batching off +3% on an H100 host, where a connection's frames are handled one
+# at a time (bench/results/2026-11-26-h100-gemm-c64-channels.md).
+DEFAULT_CHANNELS = 16
+
 _THIS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_THIS_DIR, "..", "tests", "python"))
 
@@ -500,7 +507,8 @@ def parse_args(argv):
   parser.add_argument("--warmup-s", type=float, default=None, help="default 3 (quick 0.3)")
   parser.add_argument("--duration-s", type=float, default=None,
                       help="measured window per level; default 10 (quick 0.6)")
-  parser.add_argument("--channels", type=int, default=4, help="gRPC channels of the client")
+  parser.add_argument("--channels", type=int, default=DEFAULT_CHANNELS,
+                      help="gRPC channels (HTTP/2 connections) of the client")
   parser.add_argument("--no-shm", action="store_true",
                       help="skip the system shared-memory runs")
   parser.add_argument("--compare-one-gpu", action="store_true",
