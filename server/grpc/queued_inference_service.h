@@ -10,7 +10,15 @@
 // H100 host (bench/grpc_api, bench/results/2026-11-25-h100-grpc-api.txt), the
 // callback API served 49.7k calls/s at 99.7 us of server CPU per call, and 4
 // completion-queue threads 54.7k at 63.0 us: the CPU gRPC spends per call is
-// CPU the batcher, the instances and a co-located client do not get.
+// CPU the batcher, the instances and a co-located client do not get. Served,
+// 4 queues were ahead of the callback API in every interleaved pair at gemm
+// c64 (bench/results/2026-11-26-h100-grpc-infer-threads.md).
+//
+// DESIGN.md keeps gRPC on the callback API, without completion-queue state
+// machines; this is the one exception, for the one RPC on the hot path, and
+// the machine is kept to three tags per call (arrived, answered, done), all
+// handled on the call's own queue thread. --grpc-infer-threads=0 serves
+// ModelInfer on the callback API again.
 
 #include "server/grpc/inference_rpcs.h"
 
