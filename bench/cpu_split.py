@@ -88,7 +88,7 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
   command = cli.command("bench", model, "--url", url, "--concurrency", str(concurrency),
                         "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
                         "--channels", str(args.channels), "--json", stem + ".json", "--quiet",
-                        *extra)
+                        *args.client_arg, *extra)
   with open(stem + ".txt", "w") as out:
     client = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=cli.env)
     try:
@@ -175,6 +175,9 @@ def parse_args(argv):
   parser.add_argument("--server-arg", action="append", default=[],
                       help="one more fuseserve flag, e.g. --server-arg=--response-threads=2; "
                            "repeatable")
+  parser.add_argument("--client-arg", action="append", default=[],
+                      help="one more fuseserve-cli bench flag, e.g. "
+                           "--client-arg=--typed-serialization; repeatable")
   parser.add_argument("--queue-delay-us", type=int, default=-1,
                       help="max_queue_delay_microseconds of every batching model "
                            "(default: the repository's)")

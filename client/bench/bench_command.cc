@@ -139,7 +139,9 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
   }
   ASSIGN_OR_RETURN(std::unique_ptr<RequestSender> sender,
                    RequestSender::Connect(options.url, credentials, options.channels,
-                                          std::move(requests), assignment, options.timeout));
+                                          std::move(requests), assignment, options.timeout,
+                                          options.typed_serialization ? Serialization::kTyped
+                                                                      : Serialization::kOnce));
 
   LevelSettings settings;
   settings.rule.stability = options.stability;

@@ -40,6 +40,10 @@ Requests:
   --inputs K              distinct random requests pre-generated (default 8)
   --seed S                seed of the random inputs (default 1)
   --channels N            gRPC channels, each its own HTTP/2 connection (default 4)
+  --typed-serialization   serialise every request and parse every answer, as a
+                          typed client (tritonclient, perf_analyzer) does;
+                          default: requests serialised once, answers' bytes
+                          not parsed (only their status is read)
   --timeout-ms T          per-request deadline (default 0 = none)
   --shared-memory none|system
                           system: tensors go through POSIX shared memory, not
@@ -267,6 +271,7 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
   const std::map<std::string, bool*> switches = {
       {"--ssl", &options.tls.ssl},
       {"--quiet", &options.quiet},
+      {"--typed-serialization", &options.typed_serialization},
       {"--allow-errors", &options.allow_errors},
       {"--help", &options.help},
   };

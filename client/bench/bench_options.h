@@ -61,6 +61,9 @@ struct BenchOptions {
 
   std::string json_path;  // empty = no JSON report
   bool quiet = false;
+  // Every call serialises its request and parses its answer (a typed
+  // client's cost); otherwise requests are serialised once.
+  bool typed_serialization = false;
   bool allow_errors = false;  // exit 0 even when requests failed or were lost
   bool help = false;
 };

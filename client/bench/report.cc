@@ -120,7 +120,9 @@ void PrintReport(const BenchReport& report, std::ostream& out) {
       << (closed ? "closed loop"
                  : absl::StrCat("open loop, ", ArrivalsName(options.arrivals), " arrivals"))
       << ", " << report.plan.inferences_per_request << " inference(s) per request ("
-      << ShapesText(report.plan) << "), " << options.channels << " channels\n"
+      << ShapesText(report.plan) << "), " << options.channels << " channels"
+      << (options.typed_serialization ? ", each request serialised and each answer parsed" : "")
+      << "\n"
       << "  tensors: " << TransportText(report) << "\n"
       << "  latency: client-side end to end, over the reported windows (the last agreeing"
       << " ones)\n\n";
@@ -279,6 +281,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
       {"inputs", inputs},
       {"settings",
        {{"channels", options.channels},
+        {"serialization", options.typed_serialization ? "typed" : "once"},
         {"pregenerated_inputs", options.num_inputs},
         {"seed", options.seed},
         {"warmup_s", absl::ToDoubleSeconds(options.warmup)},

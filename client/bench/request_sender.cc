@@ -13,12 +13,28 @@ namespace {
 // A slot value for calls that hold none.
 constexpr size_t kNoSlot = static_cast<size_t>(-1);
 
+const std::string& ModelInferMethod() {
+  static const std::string* const method =
+      new std::string("/inference.GRPCInferenceService/ModelInfer");
+  return *method;
+}
+
+grpc::ByteBuffer Serialize(const inference::ModelInferRequest& request) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  // Serialising a message the sender built cannot fail.
+  (void)grpc::SerializationTraits<inference::ModelInferRequest>::Serialize(request, &buffer,
+                                                                           &own);
+  return buffer;
+}
+
 }  // namespace
 
 struct RequestSender::Call {
   grpc::ClientContext context;
   size_t slot = kNoSlot;  // the slot the call holds (kPerSlot)
-  inference::ModelInferResponse response;
+  grpc::ByteBuffer request;  // kTyped: this call's serialisation
+  grpc::ByteBuffer response;
   std::chrono::steady_clock::time_point start;
   Done done;
 };
@@ -39,10 +55,17 @@ std::shared_ptr<grpc::Channel> CreateBenchChannel(
 
 RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
                              std::vector<inference::ModelInferRequest> requests,
-                             RequestAssignment assignment, absl::Duration timeout)
-    : channels_(std::move(channels)), requests_(std::move(requests)), timeout_(timeout) {
-  for (const auto& channel : channels_) {
-    stubs_.push_back(inference::GRPCInferenceService::NewStub(channel));
+                             RequestAssignment assignment, absl::Duration timeout,
+                             Serialization serialization)
+    : channels_(std::move(channels)),
+      requests_(std::move(requests)),
+      timeout_(timeout),
+      serialization_(serialization) {
+  for (const auto& channel : channels_) stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  if (serialization_ == Serialization::kOnce) {
+    for (const inference::ModelInferRequest& request : requests_) {
+      serialized_.push_back(Serialize(request));
+    }
   }
   if (assignment == RequestAssignment::kPerSlot) {
     absl::MutexLock lock(&in_flight_->mu);
@@ -54,7 +77,8 @@ RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channel
 absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
     const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
     int num_channels, std::vector<inference::ModelInferRequest> requests,
-    RequestAssignment assignment, absl::Duration timeout, absl::Duration connect_timeout) {
+    RequestAssignment assignment, absl::Duration timeout, Serialization serialization,
+    absl::Duration connect_timeout) {
   if (num_channels <= 0) return absl::InvalidArgumentError("at least one channel is needed");
   if (requests.empty()) return absl::InvalidArgumentError("at least one request is needed");
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -67,7 +91,8 @@ absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
     }
   }
   return std::unique_ptr<RequestSender>(
-      new RequestSender(std::move(channels), std::move(requests), assignment, timeout));
+      new RequestSender(std::move(channels), std::move(requests), assignment, timeout,
+                        serialization));
 }
 
 RequestSender::~RequestSender() {
@@ -95,15 +120,28 @@ void RequestSender::Send(Done done) {
       index = call->slot;
     }
   }
-  const inference::ModelInferRequest& request = requests_[index];
+  const grpc::ByteBuffer* request = nullptr;
+  if (serialization_ == Serialization::kTyped) {
+    call->request = Serialize(requests_[index]);
+    request = &call->request;
+  } else {
+    request = &serialized_[index];  // gRPC takes a reference to its slices
+  }
   call->start = std::chrono::steady_clock::now();
   // The call leaves the in-flight set last: until then the destructor waits,
   // so `done` may still Send; afterwards only `in_flight` (kept alive by this
   // callback) is touched. Its slot is freed before `done`, whose replacement
   // call (closed loop) then finds it.
-  stub.async()->ModelInfer(
-      &call->context, &request, &call->response,
-      [in_flight = in_flight_, call](grpc::Status status) {
+  stub.UnaryCall(
+      &call->context, ModelInferMethod(), grpc::StubOptions(), request, &call->response,
+      [in_flight = in_flight_, call, typed = serialization_ == Serialization::kTyped](
+          grpc::Status status) {
+        if (typed && status.ok()) {
+          // As a typed stub does before its callback.
+          inference::ModelInferResponse parsed;
+          status = grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(
+              &call->response, &parsed);
+        }
         const auto latency = std::chrono::steady_clock::now() - call->start;
         if (call->slot != kNoSlot) {
           absl::MutexLock lock(&in_flight->mu);

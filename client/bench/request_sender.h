@@ -1,9 +1,14 @@
 #pragma once
 
-// The hot path of the load generator: pre-built ModelInferRequests sent with
-// the generated stub's callback API over several channels, each its own HTTP/2
-// connection (distinct channel arguments keep gRPC from sharing one
-// subchannel), with INT32_MAX message sizes. Sending never blocks.
+// The hot path of the load generator: pre-built ModelInferRequests, serialised
+// once, sent as raw bytes with gRPC's callback API over several channels, each
+// its own HTTP/2 connection (distinct channel arguments keep gRPC from sharing
+// one subchannel), with INT32_MAX message sizes; answers are received as raw
+// bytes and only their status is read. Sending never blocks.
+//
+// A typed client (the generated stub, tritonclient, perf_analyzer) serialises
+// every request and parses every answer: kTyped does the same, for a client
+// whose CPU per call is that of such a client.
 
 #include <atomic>
 #include <cstdint>
@@ -17,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/grpc_service.grpc.pb.h"
 
@@ -40,6 +46,12 @@ enum class RequestAssignment {
   kPerSlot,
 };
 
+// What each call costs the client besides gRPC itself.
+enum class Serialization {
+  kOnce,   // requests serialised at start, answers not parsed
+  kTyped,  // each request serialised and each answer parsed, per call
+};
+
 // Owns the load channels. Its callbacks never own it: gRPC 1.51 aborts when
 // the last reference to a channel that used the callback API is dropped on
 // one of the callback threads (grpc/grpc#32584: the channel then shuts down
@@ -59,6 +71,7 @@ class RequestSender {
       const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
       int num_channels, std::vector<inference::ModelInferRequest> requests,
       RequestAssignment assignment, absl::Duration timeout,
+      Serialization serialization = Serialization::kOnce,
       absl::Duration connect_timeout = absl::Seconds(10));
 
   // Cancels the calls still in flight and waits for all their callbacks.
@@ -84,12 +97,15 @@ class RequestSender {
 
   RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
                 std::vector<inference::ModelInferRequest> requests, RequestAssignment assignment,
-                absl::Duration timeout);
+                absl::Duration timeout, Serialization serialization);
 
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   const std::vector<inference::ModelInferRequest> requests_;
+  // requests_, serialised (kOnce): each call sends a reference to its bytes.
+  std::vector<grpc::ByteBuffer> serialized_;
   const absl::Duration timeout_;
+  const Serialization serialization_;
   std::atomic<uint64_t> next_{0};
   const std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
 };

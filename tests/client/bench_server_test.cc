@@ -205,6 +205,21 @@ TEST_F(BenchServerTest, BatchSizeMultipliesInferences) {
   EXPECT_GE(inferences, 4 * (executions - 2 * 2)) << level["server"].dump();
 }
 
+// Requests serialised per call and answers parsed, as a typed client: the
+// same answers, every one of them OK.
+TEST_F(BenchServerTest, TypedSerializationAnswersEveryRequest) {
+  ASSERT_EQ(RunBench("typed.json", {"--concurrency", "4", "--typed-serialization", "--warmup-s",
+                                    "0.1", "--duration-s", "0.5"}),
+            0);
+  const nlohmann::json json = ReadJson();
+  ASSERT_FALSE(json.is_discarded());
+  EXPECT_EQ(json["settings"]["serialization"], "typed");
+  ASSERT_EQ(json["levels"].size(), 1u);
+  ExpectSaneLevel(json["levels"][0], 1);
+  EXPECT_EQ(json["summary"]["ok"], true);
+  EXPECT_EQ(json["summary"]["lost"], 0);
+}
+
 TEST_F(BenchServerTest, OpenLoopKeepsAModestRate) {
   ASSERT_EQ(RunBench("open.json", {"--rate", "100", "--arrivals", "constant", "--warmup-s", "0.2",
                                    "--duration-s", "1"}),

@@ -71,6 +71,7 @@ TEST(BenchOptionsTest, ParsesEveryFlagInBothSpellings) {
                         "/tmp/out.json",
                         "--quiet",
                         "--allow-errors",
+                        "--typed-serialization",
                         "--model-version",
                         "2"});
   ASSERT_TRUE(options.ok()) << options.status();
@@ -91,6 +92,7 @@ TEST(BenchOptionsTest, ParsesEveryFlagInBothSpellings) {
   EXPECT_EQ(options->json_path, "/tmp/out.json");
   EXPECT_TRUE(options->quiet);
   EXPECT_TRUE(options->allow_errors);
+  EXPECT_TRUE(options->typed_serialization);
   EXPECT_EQ(options->model_version, "2");
 }
 
@@ -610,6 +612,20 @@ TEST(ReportTest, SaysWhichTransportCarriedTheTensors) {
   EXPECT_EQ(json["shared_memory"], "system");
   EXPECT_EQ(json["settings"]["shared_memory_slots"], 4);
   EXPECT_EQ(json["settings"]["output_shared_memory_size"]["output"], 256);
+}
+
+TEST(ReportTest, SaysHowRequestsWereSerialised) {
+  BenchReport report = Report({Level(1, 10, 10, 0)});
+  std::ostringstream once;
+  PrintReport(report, once);
+  EXPECT_THAT(once.str(), Not(HasSubstr("serialised")));
+  EXPECT_EQ(ReportToJson(report)["settings"]["serialization"], "once");
+
+  report.options.typed_serialization = true;
+  std::ostringstream typed;
+  PrintReport(report, typed);
+  EXPECT_THAT(typed.str(), HasSubstr("each request serialised and each answer parsed"));
+  EXPECT_EQ(ReportToJson(report)["settings"]["serialization"], "typed");
 }
 
 TEST(ReportTest, SaysWhatWasLostAndWhatFailed) {
