@@ -830,7 +830,7 @@ TEST_F(DynamicBatcherTest, RequestsThatOnlyJoinAWaitingBatchDoNotWakeTheLeader) 
   ASSERT_TRUE(clock_.WaitForWaiterWithDeadline(flush_at));
   const int looks_while_waiting = looks.load();
   Enqueue("r1", {1, 3});  // 2 samples: not a preferred size
-  Enqueue("other", {1, 5});  // another shape cannot join the batch
+  Outcome& other = Enqueue("other", {1, 5});  // another shape cannot join the batch
   Outcome& r2 = Enqueue("r2", {1, 3});  // 3 samples
   // A woken leader would look again within microseconds; it was not woken.
   absl::SleepFor(absl::Milliseconds(50));
@@ -843,6 +843,9 @@ TEST_F(DynamicBatcherTest, RequestsThatOnlyJoinAWaitingBatchDoNotWakeTheLeader) 
   EXPECT_GT(looks.load(), looks_while_waiting);
   clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(r0->WaitForAnswer());
+  // "other" runs once its delay has passed: before `worker` and `looks`, which
+  // the instance's hook and r0 point at, go out of scope.
+  ASSERT_TRUE(other.WaitForAnswer());
 }
 
 TEST_F(DynamicBatcherTest, ARequestThatFillsTheWaitingBatchWakesTheLeader) {
