@@ -141,7 +141,8 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& options) {
                    RequestSender::Connect(options.url, credentials, options.channels,
                                           std::move(requests), assignment, options.timeout,
                                           options.typed_serialization ? Serialization::kTyped
-                                                                      : Serialization::kOnce));
+                                                                      : Serialization::kOnce,
+                                          options.completion_queues));
 
   LevelSettings settings;
   settings.rule.stability = options.stability;

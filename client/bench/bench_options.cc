@@ -40,6 +40,9 @@ Requests:
   --inputs K              distinct random requests pre-generated (default 8)
   --seed S                seed of the random inputs (default 1)
   --channels N            gRPC channels, each its own HTTP/2 connection (default 4)
+  --completion-queues Q   complete calls on Q gRPC completion queues, each polled
+                          by a thread of the client's own (default 4; 0: gRPC's
+                          callback API and its threads)
   --typed-serialization   serialise every request and parse every answer, as a
                           typed client (tritonclient, perf_analyzer) does;
                           default: requests serialised once, answers' bytes
@@ -103,6 +106,17 @@ absl::StatusOr<int64_t> ParsePositiveInt(const std::string& flag, absl::string_v
   if (!absl::SimpleAtoi(text, &value) || value <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " expects a positive integer, got \"", text, "\""));
+  }
+  return value;
+}
+
+// A count of threads the client starts.
+absl::StatusOr<int> ParseThreadCount(const std::string& flag, absl::string_view text) {
+  constexpr int kMaxThreads = 64;
+  int value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < 0 || value > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " expects an integer in [0, ",
+                                                   kMaxThreads, "], got \"", text, "\""));
   }
   return value;
 }
@@ -200,6 +214,11 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
       {"--channels",
        [&](const std::string& v) -> absl::Status {
          ASSIGN_OR_RETURN(options.channels, ParsePositiveInt32("--channels", v));
+         return absl::OkStatus();
+       }},
+      {"--completion-queues",
+       [&](const std::string& v) -> absl::Status {
+         ASSIGN_OR_RETURN(options.completion_queues, ParseThreadCount("--completion-queues", v));
          return absl::OkStatus();
        }},
       {"--inputs",

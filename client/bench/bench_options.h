@@ -48,6 +48,12 @@ struct BenchOptions {
   int64_t batch_size = 1;
   std::optional<Shape> shape;  // non-batch dims; replaces the metadata's (needed for -1 dims)
   int channels = 4;
+  // Calls complete on this many gRPC completion queues, a client thread
+  // each; 0 = on gRPC's callback API. 4: at gemm c64 on an H100 host, 59
+  // against 85 us of client CPU per call and +8% throughput over the
+  // callback API; 2 threads saturate
+  // (bench/results/2026-11-26-h100-bench-completion-queues.md).
+  int completion_queues = 4;
   int num_inputs = 8;  // distinct pre-generated requests, sent round-robin
   uint64_t seed = 1;
 

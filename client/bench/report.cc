@@ -282,6 +282,7 @@ nlohmann::json ReportToJson(const BenchReport& report) {
       {"settings",
        {{"channels", options.channels},
         {"serialization", options.typed_serialization ? "typed" : "once"},
+        {"completion_queues", options.completion_queues},
         {"pregenerated_inputs", options.num_inputs},
         {"seed", options.seed},
         {"warmup_s", absl::ToDoubleSeconds(options.warmup)},

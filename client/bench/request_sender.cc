@@ -35,6 +35,9 @@ struct RequestSender::Call {
   size_t slot = kNoSlot;  // the slot the call holds (kPerSlot)
   grpc::ByteBuffer request;  // kTyped: this call's serialisation
   grpc::ByteBuffer response;
+  // Completion queues only: the call's reader and where Finish writes.
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
+  grpc::Status status;
   std::chrono::steady_clock::time_point start;
   Done done;
 };
@@ -56,7 +59,7 @@ std::shared_ptr<grpc::Channel> CreateBenchChannel(
 RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
                              std::vector<inference::ModelInferRequest> requests,
                              RequestAssignment assignment, absl::Duration timeout,
-                             Serialization serialization)
+                             Serialization serialization, int completion_queues)
     : channels_(std::move(channels)),
       requests_(std::move(requests)),
       timeout_(timeout),
@@ -66,6 +69,18 @@ RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channel
     for (const inference::ModelInferRequest& request : requests_) {
       serialized_.push_back(Serialize(request));
     }
+  }
+  const bool typed = serialization_ == Serialization::kTyped;
+  for (int i = 0; i < completion_queues; ++i) {
+    queues_.push_back(std::make_unique<grpc::CompletionQueue>());
+    queue_threads_.emplace_back([in_flight = in_flight_, queue = queues_.back().get(), typed] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) {
+        Call* call = static_cast<Call*>(tag);
+        Complete(in_flight, call, std::move(call->status), typed);
+      }
+    });
   }
   if (assignment == RequestAssignment::kPerSlot) {
     absl::MutexLock lock(&in_flight_->mu);
@@ -78,7 +93,7 @@ absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
     const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
     int num_channels, std::vector<inference::ModelInferRequest> requests,
     RequestAssignment assignment, absl::Duration timeout, Serialization serialization,
-    absl::Duration connect_timeout) {
+    int completion_queues, absl::Duration connect_timeout) {
   if (num_channels <= 0) return absl::InvalidArgumentError("at least one channel is needed");
   if (requests.empty()) return absl::InvalidArgumentError("at least one request is needed");
   std::vector<std::shared_ptr<grpc::Channel>> channels;
@@ -92,14 +107,39 @@ absl::StatusOr<std::unique_ptr<RequestSender>> RequestSender::Connect(
   }
   return std::unique_ptr<RequestSender>(
       new RequestSender(std::move(channels), std::move(requests), assignment, timeout,
-                        serialization));
+                        serialization, completion_queues));
 }
 
 RequestSender::~RequestSender() {
   CancelAll();
-  absl::MutexLock lock(&in_flight_->mu);
-  in_flight_->mu.Await(absl::Condition(
-      +[](std::set<Call*>* calls) { return calls->empty(); }, &in_flight_->calls));
+  {
+    absl::MutexLock lock(&in_flight_->mu);
+    in_flight_->mu.Await(absl::Condition(
+        +[](std::set<Call*>* calls) { return calls->empty(); }, &in_flight_->calls));
+  }
+  // No call is left to complete on the queues: their threads drain and end.
+  for (const auto& queue : queues_) queue->Shutdown();
+  for (std::thread& thread : queue_threads_) thread.join();
+}
+
+void RequestSender::Complete(const std::shared_ptr<InFlight>& in_flight, Call* call,
+                             grpc::Status status, bool typed) {
+  if (typed && status.ok()) {
+    // As a typed stub does before its callback.
+    inference::ModelInferResponse parsed;
+    status = grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(
+        &call->response, &parsed);
+  }
+  const auto latency = std::chrono::steady_clock::now() - call->start;
+  if (call->slot != kNoSlot) {
+    absl::MutexLock lock(&in_flight->mu);
+    in_flight->free_slots.push_back(call->slot);
+  }
+  call->done(static_cast<int>(status.error_code()),
+             std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count());
+  absl::MutexLock lock(&in_flight->mu);
+  in_flight->calls.erase(call);
+  delete call;
 }
 
 void RequestSender::Send(Done done) {
@@ -132,27 +172,18 @@ void RequestSender::Send(Done done) {
   // so `done` may still Send; afterwards only `in_flight` (kept alive by this
   // callback) is touched. Its slot is freed before `done`, whose replacement
   // call (closed loop) then finds it.
-  stub.UnaryCall(
-      &call->context, ModelInferMethod(), grpc::StubOptions(), request, &call->response,
-      [in_flight = in_flight_, call, typed = serialization_ == Serialization::kTyped](
-          grpc::Status status) {
-        if (typed && status.ok()) {
-          // As a typed stub does before its callback.
-          inference::ModelInferResponse parsed;
-          status = grpc::SerializationTraits<inference::ModelInferResponse>::Deserialize(
-              &call->response, &parsed);
-        }
-        const auto latency = std::chrono::steady_clock::now() - call->start;
-        if (call->slot != kNoSlot) {
-          absl::MutexLock lock(&in_flight->mu);
-          in_flight->free_slots.push_back(call->slot);
-        }
-        call->done(static_cast<int>(status.error_code()),
-                   std::chrono::duration_cast<std::chrono::nanoseconds>(latency).count());
-        absl::MutexLock lock(&in_flight->mu);
-        in_flight->calls.erase(call);
-        delete call;
-      });
+  const bool typed = serialization_ == Serialization::kTyped;
+  if (!queues_.empty()) {
+    call->reader = stub.PrepareUnaryCall(&call->context, ModelInferMethod(), *request,
+                                         queues_[n % queues_.size()].get());
+    call->reader->StartCall();
+    call->reader->Finish(&call->response, &call->status, call);
+    return;
+  }
+  stub.UnaryCall(&call->context, ModelInferMethod(), grpc::StubOptions(), request,
+                 &call->response, [in_flight = in_flight_, call, typed](grpc::Status status) {
+                   Complete(in_flight, call, std::move(status), typed);
+                 });
 }
 
 void RequestSender::CancelAll() {

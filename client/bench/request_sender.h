@@ -9,6 +9,9 @@
 // A typed client (the generated stub, tritonclient, perf_analyzer) serialises
 // every request and parses every answer: kTyped does the same, for a client
 // whose CPU per call is that of such a client.
+//
+// Calls complete on gRPC's callback API (its own threads run `done`), or on
+// completion queues, each polled by a thread of the sender's own.
 
 #include <atomic>
 #include <cstdint>
@@ -16,6 +19,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -71,7 +75,7 @@ class RequestSender {
       const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials,
       int num_channels, std::vector<inference::ModelInferRequest> requests,
       RequestAssignment assignment, absl::Duration timeout,
-      Serialization serialization = Serialization::kOnce,
+      Serialization serialization = Serialization::kOnce, int completion_queues = 0,
       absl::Duration connect_timeout = absl::Seconds(10));
 
   // Cancels the calls still in flight and waits for all their callbacks.
@@ -79,7 +83,8 @@ class RequestSender {
   // callback that sends again would keep it waiting).
   ~RequestSender();
 
-  // Starts one call; `done` runs once, on a gRPC thread (it may Send again).
+  // Starts one call; `done` runs once, on a gRPC thread or a completion
+  // queue's thread (it may Send again).
   void Send(Done done);
 
   // Cancels every call still in flight (their `done` then reports CANCELLED).
@@ -97,7 +102,12 @@ class RequestSender {
 
   RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channels,
                 std::vector<inference::ModelInferRequest> requests, RequestAssignment assignment,
-                absl::Duration timeout, Serialization serialization);
+                absl::Duration timeout, Serialization serialization, int completion_queues);
+
+  // Ends `call` with `status` (the answer parsed first when `typed`): frees
+  // its slot, runs its `done`, and deletes it.
+  static void Complete(const std::shared_ptr<InFlight>& in_flight, Call* call,
+                       grpc::Status status, bool typed);
 
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
@@ -106,6 +116,9 @@ class RequestSender {
   std::vector<grpc::ByteBuffer> serialized_;
   const absl::Duration timeout_;
   const Serialization serialization_;
+  // Completion queues (none: the callback API) and the threads polling them.
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
+  std::vector<std::thread> queue_threads_;
   std::atomic<uint64_t> next_{0};
   const std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
 };

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -218,6 +219,31 @@ TEST_F(BenchServerTest, TypedSerializationAnswersEveryRequest) {
   ExpectSaneLevel(json["levels"][0], 1);
   EXPECT_EQ(json["summary"]["ok"], true);
   EXPECT_EQ(json["summary"]["lost"], 0);
+}
+
+// The other tests run on the default 4 completion queues; here 1 queue and
+// gRPC's callback API (0), closed and open loop: every request answered OK,
+// and the sender shuts down cleanly.
+TEST_F(BenchServerTest, OneQueueAndTheCallbackApiAnswerEveryRequest) {
+  for (const char* queues : {"1", "0"}) {
+    for (const std::vector<std::string>& load :
+         {std::vector<std::string>{"--concurrency", "8"},
+          std::vector<std::string>{"--rate", "200", "--arrivals", "constant"}}) {
+      std::vector<std::string> args = load;
+      for (const char* arg : {"--completion-queues", queues, "--warmup-s", "0.1", "--duration-s",
+                              "0.5"}) {
+        args.push_back(arg);
+      }
+      ASSERT_EQ(RunBench("queues.json", args), 0) << queues << " " << load[0];
+      const nlohmann::json json = ReadJson();
+      ASSERT_FALSE(json.is_discarded());
+      EXPECT_EQ(json["settings"]["completion_queues"], std::atoi(queues));
+      ASSERT_EQ(json["levels"].size(), 1u);
+      ExpectSaneLevel(json["levels"][0], 1);
+      EXPECT_EQ(json["summary"]["ok"], true) << queues << " " << load[0];
+      EXPECT_EQ(json["summary"]["lost"], 0) << queues << " " << load[0];
+    }
+  }
 }
 
 TEST_F(BenchServerTest, OpenLoopKeepsAModestRate) {

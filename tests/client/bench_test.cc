@@ -72,6 +72,8 @@ TEST(BenchOptionsTest, ParsesEveryFlagInBothSpellings) {
                         "--quiet",
                         "--allow-errors",
                         "--typed-serialization",
+                        "--completion-queues",
+                        "3",
                         "--model-version",
                         "2"});
   ASSERT_TRUE(options.ok()) << options.status();
@@ -93,7 +95,21 @@ TEST(BenchOptionsTest, ParsesEveryFlagInBothSpellings) {
   EXPECT_TRUE(options->quiet);
   EXPECT_TRUE(options->allow_errors);
   EXPECT_TRUE(options->typed_serialization);
+  EXPECT_EQ(options->completion_queues, 3);
   EXPECT_EQ(options->model_version, "2");
+}
+
+TEST(BenchOptionsTest, CompletionQueuesMustBeZeroToSixtyFour) {
+  auto plain = Parse({"gemm"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->completion_queues, 4);
+  for (const char* value : {"-1", "65", "two", ""}) {
+    auto options = Parse({"gemm", "--completion-queues", value});
+    EXPECT_FALSE(options.ok()) << value;
+    EXPECT_THAT(std::string(options.status().message()),
+                HasSubstr("--completion-queues expects an integer in [0, 64]"))
+        << value;
+  }
 }
 
 TEST(BenchOptionsTest, ParsesTlsOptions) {
