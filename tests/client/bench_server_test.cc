@@ -70,7 +70,8 @@ void ExpectEveryField(const nlohmann::json& json) {
                           "batch_size", "inputs", "settings", "levels", "summary"}) {
     EXPECT_TRUE(json.contains(key)) << key;
   }
-  for (const char* key : {"channels", "pregenerated_inputs", "seed", "warmup_s", "window_s",
+  for (const char* key : {"channels", "serialization", "completion_queues", "pregenerated_inputs",
+                          "seed", "warmup_s", "window_s",
                           "stability", "max_windows", "duration_s", "timeout_ms", "drain_timeout_s",
                           "shared_memory_slots", "output_shared_memory_size"}) {
     EXPECT_TRUE(json["settings"].contains(key)) << "settings." << key;
