@@ -1,5 +1,6 @@
 #include "client/bench/request_sender.h"
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <utility>
@@ -38,6 +39,11 @@ struct RequestSender::Call {
   // Completion queues only: the call's reader and where Finish writes.
   std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader;
   grpc::Status status;
+  // Set by Send once the call is filled in, just before gRPC takes it; read
+  // first by Complete. gRPC core hands the call from thread to thread in ways
+  // ThreadSanitizer cannot see; this release/acquire pair is the hand-off in
+  // our own code.
+  std::atomic<bool> started{false};
   std::chrono::steady_clock::time_point start;
   Done done;
 };
@@ -124,6 +130,7 @@ RequestSender::~RequestSender() {
 
 void RequestSender::Complete(const std::shared_ptr<InFlight>& in_flight, Call* call,
                              grpc::Status status, bool typed) {
+  (void)call->started.load(std::memory_order_acquire);
   if (typed && status.ok()) {
     // As a typed stub does before its callback.
     inference::ModelInferResponse parsed;
@@ -176,10 +183,12 @@ void RequestSender::Send(Done done) {
   if (!queues_.empty()) {
     call->reader = stub.PrepareUnaryCall(&call->context, ModelInferMethod(), *request,
                                          queues_[n % queues_.size()].get());
+    call->started.store(true, std::memory_order_release);
     call->reader->StartCall();
     call->reader->Finish(&call->response, &call->status, call);
     return;
   }
+  call->started.store(true, std::memory_order_release);
   stub.UnaryCall(&call->context, ModelInferMethod(), grpc::StubOptions(), request,
                  &call->response, [in_flight = in_flight_, call, typed](grpc::Status status) {
                    Complete(in_flight, call, std::move(status), typed);

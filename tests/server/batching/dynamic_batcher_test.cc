@@ -470,11 +470,9 @@ TEST_F(DynamicBatcherTest, CancellationIsNoticedWhileInstanceIsBusy) {
   request->is_cancelled = [&cancelled] { return cancelled.load(); };
   batcher_->Enqueue(std::move(request));
   cancelled.store(true);
-  // Any request with a deadline wakes the expiry thread, which then drops
-  // the cancelled request without waiting for the instance.
-  auto timed = MakeRequest("timed", {1, 3});
-  timed->requested_timeout = absl::Seconds(1);
-  batcher_->Enqueue(std::move(timed));
+  // The reaper's cancellation poll (every 50 ms while a request that can be
+  // cancelled waits) drops it without waiting for the instance.
+  clock_.Advance(absl::Milliseconds(50));
   ASSERT_TRUE(a->WaitForAnswer());
   EXPECT_EQ(a->status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(recorder_.batches().size(), 1u);
