@@ -70,7 +70,9 @@ RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channel
       requests_(std::move(requests)),
       timeout_(timeout),
       serialization_(serialization) {
-  for (const auto& channel : channels_) stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  for (const auto& channel : channels_) {
+    stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
   if (serialization_ == Serialization::kOnce) {
     for (const inference::ModelInferRequest& request : requests_) {
       serialized_.push_back(Serialize(request));

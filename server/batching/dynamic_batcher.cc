@@ -171,6 +171,12 @@ class DynamicBatcher::Impl {
     absl::Time deadline;
     // The queue timeout that applies (zero = none), for the message.
     absl::Duration timeout;
+
+    // When the reaper must look at this entry again, seen at `now`: by its
+    // deadline, or within a cancellation poll if its client may go away.
+    absl::Time LookBy(absl::Time now) const {
+      return request->is_cancelled ? std::min(deadline, now + kCancellationPoll) : deadline;
+    }
   };
 
   // A request answered by the batcher itself, without executing.
@@ -439,9 +445,7 @@ absl::Time DynamicBatcher::Impl::ReapLocked(absl::Time now, std::vector<Answer>*
     if (!drop.ok()) {
       dropped->push_back(Answer{std::move(entry.request), std::move(drop)});
     } else {
-      next = std::min(next, entry.deadline);
-      // A client may go away at any time: look again soon.
-      if (entry.request->is_cancelled) next = std::min(next, now + kCancellationPoll);
+      next = std::min(next, entry.LookBy(now));
     }
   }
   EraseTakenLocked();
@@ -629,12 +633,7 @@ void DynamicBatcher::Impl::Enqueue(std::unique_ptr<InferenceRequest> request) {
           absl::StrCat("queue is full: ", RequestLabel(*entry.request),
                        " exceeds maximum queue size of ", options_.max_queue_size));
     } else {
-      // The reaper must look at this request by its deadline, or within a
-      // poll if its client may cancel it.
-      const absl::Time look_by = entry.request->is_cancelled
-                                     ? std::min(entry.deadline, now + kCancellationPoll)
-                                     : entry.deadline;
-      if (look_by < reaper_wake_) reaper_kick_ = true;
+      if (entry.LookBy(now) < reaper_wake_) reaper_kick_ = true;
       if (LeaderMustRevisitLocked(*entry.request)) ++version_;
       queue_.push_back(std::move(entry));
       AddPendingLocked(1);

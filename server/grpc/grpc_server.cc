@@ -5,12 +5,12 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "grpc/grpc.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/server_posix.h"
-#include "common/thread_name.h"
 
 namespace fuseserve {
 namespace {
