@@ -8,7 +8,10 @@ window, every thread's CPU time (utime + stime of /proc/PID/task/TID/stat) is
 read in the server and in the client, and the host's busy time (/proc/stat).
 Printed: CPU microseconds per inference of each process, split by thread name
 (gRPC names its threads; fuseserve's own inherit the process name), and the
-host's busy cores. JSON with every figure goes to --out.
+host's busy cores; and, from the server's Prometheus latency histograms over
+the run (warm-up included), where its requests' time went at the tail, to
+tell a tail made inside the server from one made by the transport or the
+client. JSON with every figure goes to --out.
 
   bench/cpu_split.py --fuseserve BIN --cli BIN --out cpu.json \
       --run gemm:64 --run gemm_nobatch:64 [--duration-s 8 --warmup-s 3] \
@@ -24,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import serving_bench as sb
 
@@ -89,6 +93,7 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
                         "--warmup-s", str(args.warmup_s), "--duration-s", str(args.duration_s),
                         "--channels", str(args.channels), "--json", stem + ".json", "--quiet",
                         *args.client_arg, *extra)
+  histograms_before = scrape_histograms(args.metrics_port, model)
   with open(stem + ".txt", "w") as out:
     client = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=cli.env)
     try:
@@ -98,6 +103,7 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
       last = snapshot(args.server_pid, client.pid)
     finally:
       code = client.wait()
+  histograms = histogram_delta(histograms_before, scrape_histograms(args.metrics_port, model))
   if code != 0:
     with open(stem + ".txt", errors="replace") as f:
       raise sb.BenchError("%s failed (exit %d):\n%s" % (" ".join(command), code, f.read()[-4000:]))
@@ -111,7 +117,7 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
             "avg_batch_size": level["server"].get("avg_batch_size"),
             "host_busy_cores": (last["host"][0] - first["host"][0]) / window_s,
             "host_cores": (last["host"][1] - first["host"][1]) / window_s,
-            "latency_us": level["latency_us"]}
+            "latency_us": level["latency_us"], "server_histograms": histograms}
   if level["server"].get("available"):
     # The server's own decomposition of a request (Triton's: queue, compute
     # input, compute infer, compute output; the rest is the server's overhead).
@@ -126,6 +132,65 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
   return result
 
 
+# The server's latency histograms (SPEC: nv_inference_*_duration_histogram_us).
+HISTOGRAMS = ("request", "queue", "compute_infer")
+BUCKET_LINE = re.compile(
+    r'^nv_inference_(\w+)_duration_histogram_us_bucket\{(.*)\} ([0-9.eE+-]+)$')
+
+
+def scrape_histograms(metrics_port, model):
+  """{phase: [(upper bound us, cumulative count)]} of `model`'s latency
+  histograms on the server's /metrics, bounds ascending (+Inf last)."""
+  url = "http://127.0.0.1:%d/metrics" % metrics_port
+  with urllib.request.urlopen(url, timeout=10) as response:
+    text = response.read().decode()
+  found = {}
+  for line in text.splitlines():
+    match = BUCKET_LINE.match(line)
+    if not match or match.group(1) not in HISTOGRAMS:
+      continue
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
+    if labels.get("model") != model:
+      continue
+    bound = float("inf") if labels["le"] == "+Inf" else float(labels["le"])
+    found.setdefault(match.group(1), []).append((bound, float(match.group(3))))
+  return {phase: sorted(buckets) for phase, buckets in found.items()}
+
+
+def histogram_delta(before, after):
+  """{phase: {"count", "buckets": [[bound, count in (previous, bound]]],
+  "p50_le_us", "p90_le_us", "p99_le_us"}}: the requests between two
+  scrapes; a percentile is the bound of the bucket that holds it."""
+  result = {}
+  for phase, buckets in after.items():
+    earlier = dict(before.get(phase, []))
+    cumulative = [(bound, count - earlier.get(bound, 0.0)) for bound, count in buckets]
+    total = cumulative[-1][1] if cumulative else 0.0
+    entry = {"count": total, "buckets": []}
+    previous = 0.0
+    for bound, count in cumulative:
+      entry["buckets"].append([bound, count - previous])
+      previous = count
+    for q in (50, 90, 99):
+      entry["p%d_le_us" % q] = next(
+          (bound for bound, count in cumulative if total > 0 and count >= total * q / 100),
+          None)
+    result[phase] = entry
+  return result
+
+
+def format_histograms(histograms):
+  parts = []
+  for phase in HISTOGRAMS:
+    h = histograms.get(phase)
+    if not h or not h["count"]:
+      continue
+    above = sum(c for bound, c in h["buckets"] if bound > 500)
+    parts.append("%s p50/p90/p99 <= %s/%s/%s us, %.2f%% over 500 us" % (
+        phase, h["p50_le_us"], h["p90_le_us"], h["p99_le_us"], 100 * above / h["count"]))
+  return "  server histograms: " + "; ".join(parts)
+
+
 def format_result(r):
   lines = ["%s c%d: %.0f infer/s (batch %.1f, %d failed); host %.1f of %.0f cores busy" % (
       r["model"], r["concurrency"], r["inferences_per_s"], r["avg_batch_size"] or 0, r["failed"],
@@ -137,6 +202,11 @@ def format_result(r):
                     for n, t in list(s["threads"].items())[:5])
     lines.append("  %-6s %.1f cores, %.1f us/inference: %s" % (side, s["cores"],
                                                                s["us_per_inference"], top))
+  latency = r["latency_us"]
+  lines.append("  client latency p50/p90/p99 %.0f/%.0f/%.0f us, max %.0f" % (
+      latency["p50"], latency["p90"], latency["p99"], latency["max"]))
+  if r.get("server_histograms"):
+    lines.append(format_histograms(r["server_histograms"]))
   return "\n".join(lines)
 
 
@@ -219,6 +289,8 @@ def run(args):
                            "--port-file=" + port_file] + args.server_arg, cli.env)
     url = "127.0.0.1:%d" % server.start()
     args.server_pid = server.process.pid
+    with open(server.port_file) as f:
+      args.metrics_port = int(json.load(f)["metrics_port"])
     try:
       server.wait_ready(cli, url, sorted({models[label] for label, _ in args.runs}))
       for label, concurrency in args.runs:

@@ -42,7 +42,8 @@ Requests:
   --channels N            gRPC channels, each its own HTTP/2 connection (default 4)
   --completion-queues Q   complete calls on Q gRPC completion queues, each polled
                           by a thread of the client's own (default 4; 0: gRPC's
-                          callback API and its threads)
+                          callback API and its threads); a closed-loop level
+                          uses at most one per concurrent call
   --typed-serialization   serialise every request and parse every answer, as a
                           typed client (tritonclient, perf_analyzer) does;
                           default: requests serialised once, answers' bytes

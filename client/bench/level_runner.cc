@@ -59,6 +59,10 @@ LevelResult RunLevel(const LevelSpec& spec, const LevelSettings& settings, Reque
                                               spec.seed);
   }
 
+  // A closed loop of N keeps at most N calls in flight: no more queues than that.
+  result.completion_queues =
+      sender.UseQueuesFor(spec.mode == LoadMode::kClosedLoop ? spec.concurrency : 0);
+
   std::vector<WindowSample> windows;
   std::vector<ServerCounters> boundaries;  // boundaries[i] .. boundaries[i+1] = window i
   auto fetch_counters = [&] {

@@ -62,6 +62,7 @@ struct LevelResult {
   double send_rate_per_s = 0;
   int64_t max_outstanding = 0;
   int64_t outstanding_at_end = 0;  // backlog when the measurement ended
+  int completion_queues = 0;       // the queues its calls completed on (0: callback API)
 
   ServerSideStats server;    // over the reported windows
   std::string server_error;  // why `server` is unavailable

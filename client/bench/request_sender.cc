@@ -1,5 +1,6 @@
 #include "client/bench/request_sender.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -90,6 +91,7 @@ RequestSender::RequestSender(std::vector<std::shared_ptr<grpc::Channel>> channel
       }
     });
   }
+  queues_in_use_.store(queues_.size(), std::memory_order_relaxed);
   if (assignment == RequestAssignment::kPerSlot) {
     absl::MutexLock lock(&in_flight_->mu);
     // Highest first, so that slots are taken from 0 up.
@@ -183,8 +185,9 @@ void RequestSender::Send(Done done) {
   // call (closed loop) then finds it.
   const bool typed = serialization_ == Serialization::kTyped;
   if (!queues_.empty()) {
+    const size_t queues = queues_in_use_.load(std::memory_order_relaxed);
     call->reader = stub.PrepareUnaryCall(&call->context, ModelInferMethod(), *request,
-                                         queues_[n % queues_.size()].get());
+                                         queues_[n % queues].get());
     call->started.store(true, std::memory_order_release);
     call->reader->StartCall();
     call->reader->Finish(&call->response, &call->status, call);
@@ -195,6 +198,13 @@ void RequestSender::Send(Done done) {
                  &call->response, [in_flight = in_flight_, call, typed](grpc::Status status) {
                    Complete(in_flight, call, std::move(status), typed);
                  });
+}
+
+int RequestSender::UseQueuesFor(int concurrency) {
+  size_t queues = queues_.size();
+  if (concurrency > 0) queues = std::min(queues, static_cast<size_t>(concurrency));
+  queues_in_use_.store(queues, std::memory_order_relaxed);
+  return static_cast<int>(queues);
 }
 
 void RequestSender::CancelAll() {

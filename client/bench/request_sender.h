@@ -90,6 +90,17 @@ class RequestSender {
   // Cancels every call still in flight (their `done` then reports CANCELLED).
   void CancelAll();
 
+  // Completes the calls sent from now on on the first
+  // min(concurrency, completion queues) queues (0: all of them), and returns
+  // how many that is (0 on the callback API). A closed-loop level of
+  // concurrency N keeps at most N calls in flight, and each queue beyond
+  // those costs latency: a call completing on a queue whose thread is not the
+  // one polling gRPC's sockets waits for that thread to be woken (at
+  // concurrency 1, 4 queues against 1: p50 +110-140 us on an H200 host,
+  // bench/results/2026-11-26-h200-c1-latency-tail.md). Call it between
+  // levels, with nothing in flight.
+  int UseQueuesFor(int concurrency);
+
  private:
   struct Call;
   // The calls in flight; shared with the callbacks so that the last one can
@@ -119,6 +130,7 @@ class RequestSender {
   // Completion queues (none: the callback API) and the threads polling them.
   std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
   std::vector<std::thread> queue_threads_;
+  std::atomic<size_t> queues_in_use_{0};  // the first ones of queues_ (UseQueuesFor)
   std::atomic<uint64_t> next_{0};
   const std::shared_ptr<InFlight> in_flight_ = std::make_shared<InFlight>();
 };

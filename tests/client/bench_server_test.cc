@@ -86,7 +86,7 @@ void ExpectEveryField(const nlohmann::json& json) {
       {"throughput", {"inferences_per_s", "requests_per_s"}},
       {"latency_us", {"count", "avg", "min", "max", "p50", "p90", "p95", "p99"}},
       {"requests", {"sent", "answered", "succeeded", "failed", "lost"}},
-      {"load", {"send_rate_per_s", "max_outstanding", "outstanding_at_end"}},
+      {"load", {"send_rate_per_s", "max_outstanding", "outstanding_at_end", "completion_queues"}},
       {"server",
        {"available", "error", "requests", "failed", "executions", "inferences", "avg_batch_size",
         "avg_request_us", "avg_queue_us", "avg_compute_input_us", "avg_compute_infer_us",
@@ -174,9 +174,13 @@ TEST_F(BenchServerTest, ClosedLoopSweepReportsEveryFieldWithSaneNumbers) {
     ExpectSaneLevel(level, 1);
     EXPECT_TRUE(level["request_rate"].is_null());
   }
-  // Closed loop: never more in flight than the concurrency.
+  // Closed loop: never more in flight than the concurrency, and no more
+  // completion queues than that (of the default 4).
   EXPECT_LE(json["levels"][0]["load"]["max_outstanding"].get<int>(), 1);
   EXPECT_LE(json["levels"][1]["load"]["max_outstanding"].get<int>(), 4);
+  EXPECT_EQ(json["settings"]["completion_queues"], 4);
+  EXPECT_EQ(json["levels"][0]["load"]["completion_queues"], 1);
+  EXPECT_EQ(json["levels"][1]["load"]["completion_queues"], 4);
   EXPECT_EQ(json["summary"]["ok"], true);
   EXPECT_EQ(json["summary"]["all_answered"], true);
   EXPECT_EQ(json["summary"]["lost"], 0);
@@ -240,6 +244,7 @@ TEST_F(BenchServerTest, OneQueueAndTheCallbackApiAnswerEveryRequest) {
       ASSERT_FALSE(json.is_discarded());
       EXPECT_EQ(json["settings"]["completion_queues"], std::atoi(queues));
       ASSERT_EQ(json["levels"].size(), 1u);
+      EXPECT_EQ(json["levels"][0]["load"]["completion_queues"], std::atoi(queues));
       ExpectSaneLevel(json["levels"][0], 1);
       EXPECT_EQ(json["summary"]["ok"], true) << queues << " " << load[0];
       EXPECT_EQ(json["summary"]["lost"], 0) << queues << " " << load[0];
@@ -258,6 +263,8 @@ TEST_F(BenchServerTest, OpenLoopKeepsAModestRate) {
   EXPECT_EQ(json["arrivals"], "constant");
   ASSERT_EQ(json["levels"].size(), 1u);
   const nlohmann::json& level = json["levels"][0];
+  // Open loop: the calls in flight are not bounded, so every queue is used.
+  EXPECT_EQ(level["load"]["completion_queues"], 4);
   ExpectSaneLevel(level, 1);
   EXPECT_EQ(level["request_rate"], 100.0);
   EXPECT_TRUE(level["concurrency"].is_null());

@@ -2,16 +2,17 @@
 // repository (the small default models plus a broken one), driven over gRPC
 // and HTTP exactly as a client would.
 
-#include <unistd.h>
-
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <ostream>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -55,14 +56,24 @@ const char* ServerBinary() {
 }
 
 // Writes the small default repository plus a groupnorm model whose weights
-// lack "gn.bias" (it must fail alone, naming the tensor).
+// lack "gn.bias" (it must fail alone, naming the tensor), in a directory of
+// its own: mkdtemp's name is unique even where a test process reuses the pid
+// of an earlier one that left its repository behind (a name made of the pid
+// and an unseeded std::rand() was not, and the copy into an existing model
+// failed).
 std::string MakeRepository() {
-  const std::filesystem::path root =
-      std::filesystem::path(::testing::TempDir()) /
-      absl::StrCat("fuseserve-e2e-repo-", ::getpid(), "-", std::rand());
-  EXPECT_TRUE(WriteDefaultRepository(root.string(), RepositorySize::kSmall).ok());
+  std::string name = (std::filesystem::path(::testing::TempDir()) / "fuseserve-e2e-repo-XXXXXX")
+                         .string();
+  if (::mkdtemp(name.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << name << ": " << std::strerror(errno);
+    return name;
+  }
+  const std::filesystem::path root = name;
+  const absl::Status written = WriteDefaultRepository(root.string(), RepositorySize::kSmall);
+  EXPECT_TRUE(written.ok()) << written;
   const std::filesystem::path broken = root / kBroken;
-  EXPECT_TRUE(CopyModel(root, kGroupNorm, kBroken).ok());
+  const absl::Status copied = CopyModel(root, kGroupNorm, kBroken);
+  EXPECT_TRUE(copied.ok()) << copied;
   auto weights = SafetensorsFile::Open((root / kGroupNorm / "1" / "model.safetensors").string());
   EXPECT_TRUE(weights.ok());
   std::vector<NamedF32Tensor> tensors;
@@ -72,6 +83,24 @@ std::string MakeRepository() {
   EXPECT_TRUE(WriteSafetensorsFile((broken / "1" / "model.safetensors").string(), tensors).ok());
   return root.string();
 }
+
+// MakeRepository's directory for one test, removed when the test ends, its
+// assertions' early returns included.
+class ScopedRepository {
+ public:
+  ScopedRepository() : path_(MakeRepository()) {}
+  ~ScopedRepository() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScopedRepository(const ScopedRepository&) = delete;
+  ScopedRepository& operator=(const ScopedRepository&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  const std::string path_;
+};
 
 std::vector<float> RandomValues(int64_t count, uint32_t seed) {
   std::mt19937 engine(seed);
@@ -372,7 +401,8 @@ TEST_F(ServerE2eTest, PlacesModelsOnTheGpuWhenOneIsPresent) {
 
 // A server of its own, so that its counters start from zero.
 TEST(ServerE2eMetricsTest, MetricsAndStatisticsCountExactlyAndSigtermExitsCleanly) {
-  const std::string repository = MakeRepository();
+  const ScopedRepository scoped_repository;
+  const std::string& repository = scoped_repository.path();
   auto server = ServerProcess::Start(ServerBinary(), repository);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
@@ -426,13 +456,13 @@ TEST(ServerE2eMetricsTest, MetricsAndStatisticsCountExactlyAndSigtermExitsCleanl
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0) << (*server)->Log();
   EXPECT_THAT((*server)->Log(), HasSubstr("loaded model groupnorm"));
-  std::filesystem::remove_all(repository);
 }
 
 // --max-request-bytes: gRPC refuses a larger request before it is decoded,
 // with RESOURCE_EXHAUSTED, and the server goes on serving smaller ones.
 TEST(ServerE2eCommandLineTest, RefusesRequestsAboveMaxRequestBytesAndKeepsServing) {
-  const std::string repository = MakeRepository();
+  const ScopedRepository scoped_repository;
+  const std::string& repository = scoped_repository.path();
   auto server = ServerProcess::Start(ServerBinary(), repository, {"--max-request-bytes=65536"});
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
@@ -459,14 +489,14 @@ TEST(ServerE2eCommandLineTest, RefusesRequestsAboveMaxRequestBytesAndKeepsServin
   auto exit_code = (*server)->Terminate();
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0) << (*server)->Log();
-  std::filesystem::remove_all(repository);
 }
 
 // Two servers never share a gRPC port (gRPC's own listener would have set
 // SO_REUSEPORT and split the connections between them): the second one
 // stops, naming the address.
 TEST(ServerE2eCommandLineTest, GrpcPortInUseStopsTheSecondServerNamingTheAddress) {
-  const std::string repository = MakeRepository();
+  const ScopedRepository scoped_repository;
+  const std::string& repository = scoped_repository.path();
   auto first = ServerProcess::Start(ServerBinary(), repository);
   ASSERT_TRUE(first.ok()) << first.status();
   const std::string port = std::to_string((*first)->grpc_port());
@@ -515,7 +545,8 @@ INSTANTIATE_TEST_SUITE_P(Paths, ServerE2eInferPathTest, ::testing::ValuesIn(kInf
 // Concurrent requests, batched, are each answered with their own output; a
 // request for an unknown model, sent among them, gets NOT_FOUND.
 TEST_P(ServerE2eInferPathTest, AnswersConcurrentRequestsWithTheirOwnOutputs) {
-  const std::string repository = MakeRepository();
+  const ScopedRepository scoped_repository;
+  const std::string& repository = scoped_repository.path();
   auto server = ServerProcess::Start(ServerBinary(), repository, GetParam().flags);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel((*server)->grpc_target(), grpc::InsecureChannelCredentials());
@@ -556,7 +587,6 @@ TEST_P(ServerE2eInferPathTest, AnswersConcurrentRequestsWithTheirOwnOutputs) {
   absl::StatusOr<int> exit_code = (*server)->Terminate();
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0) << (*server)->Log();
-  std::filesystem::remove_all(repository);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bench/cpu_split.py end to end on the small repository: one server, one
 `fuseserve-cli bench` per run, the CPU split by thread name, the client's
-latency percentiles and the server's phases per request, for a fixed-shape
+latency percentiles, the server's phases per request and its latency
+histograms over the run, for a fixed-shape
 model (gemm) and one whose dims are variable (groupnorm: cpu_split must give
 it --shape), through system shared memory, with the batching delay and a
 server flag overridden (FUSESERVE_BINARY, FUSESERVE_CLI).
@@ -67,6 +68,19 @@ class CpuSplitTest(unittest.TestCase):
       for side in ("server", "client"):
         self.assertGreater(run[side]["us_per_inference"], 0, (side, run))
         self.assertTrue(run[side]["threads"], (side, run))
+      # The server's histograms over the run (warm-up included) hold at
+      # least the measured requests, their buckets add up to the count, and
+      # a percentile is a bucket bound.
+      histograms = run["server_histograms"]
+      self.assertEqual(sorted(histograms), ["compute_infer", "queue", "request"], run)
+      request = histograms["request"]
+      measured = run["inferences_per_s"] * 2.5
+      self.assertGreaterEqual(request["count"], 0.9 * measured, run)
+      self.assertAlmostEqual(sum(c for _, c in request["buckets"]), request["count"])
+      bounds = [b for b, _ in request["buckets"]]
+      for q in ("p50_le_us", "p90_le_us", "p99_le_us"):
+        self.assertIn(request[q], bounds, (q, run))
+      self.assertLessEqual(request["p50_le_us"], request["p99_le_us"], run)
 
 
 if __name__ == "__main__":
