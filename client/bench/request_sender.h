@@ -97,8 +97,9 @@ class RequestSender {
   // those costs latency: a call completing on a queue whose thread is not the
   // one polling gRPC's sockets waits for that thread to be woken (at
   // concurrency 1, 4 queues against 1: p50 +110-140 us on an H200 host,
-  // bench/results/2026-11-26-h200-c1-latency-tail.md). Call it between
-  // levels, with nothing in flight.
+  // bench/results/2026-11-26-h200-c1-latency-tail.md). Meant for the start
+  // of a level; calls already in flight complete on the queue they started
+  // on.
   int UseQueuesFor(int concurrency);
 
  private:
