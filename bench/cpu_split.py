@@ -289,8 +289,7 @@ def run(args):
                            "--port-file=" + port_file] + args.server_arg, cli.env)
     url = "127.0.0.1:%d" % server.start()
     args.server_pid = server.process.pid
-    with open(server.port_file) as f:
-      args.metrics_port = int(json.load(f)["metrics_port"])
+    args.metrics_port = server.metrics_port
     try:
       server.wait_ready(cli, url, sorted({models[label] for label, _ in args.runs}))
       for label, concurrency in args.runs:

@@ -165,7 +165,10 @@ class ServerProcess(ft.ServerProcess):
         self._fail("wrote no port file within %d s" % timeout_s)
       try:
         with open(self.port_file) as f:
-          self.grpc_port = int(json.load(f)["grpc_port"])
+          ports = json.load(f)
+        self.grpc_port = int(ports["grpc_port"])
+        # fuseserve's, not the peer's (which serves no metrics).
+        self.metrics_port = int(ports.get("metrics_port", 0))
         if self.grpc_port > 0:
           return self.grpc_port
       except (OSError, ValueError, KeyError, TypeError):

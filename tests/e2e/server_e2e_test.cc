@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -193,14 +194,13 @@ absl::StatusOr<Tolerance> ToleranceOf(inference::GRPCInferenceService::Stub& stu
 class ServerE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    repository_ = new std::string(MakeRepository());
-    auto server = ServerProcess::Start(ServerBinary(), *repository_);
+    repository_ = new ScopedRepository();
+    auto server = ServerProcess::Start(ServerBinary(), repository_->path());
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = server->release();
   }
   static void TearDownTestSuite() {
     delete server_;
-    std::filesystem::remove_all(*repository_);
     delete repository_;
   }
 
@@ -223,16 +223,16 @@ class ServerE2eTest : public ::testing::Test {
 
   std::vector<float> Expected(const std::string& model, const Shape& shape,
                               const std::vector<float>& input) {
-    return ExpectedOutput(*repository_, model, shape, input);
+    return ExpectedOutput(repository_->path(), model, shape, input);
   }
 
-  static std::string* repository_;
+  static ScopedRepository* repository_;
   static ServerProcess* server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
 };
 
-std::string* ServerE2eTest::repository_ = nullptr;
+ScopedRepository* ServerE2eTest::repository_ = nullptr;
 ServerProcess* ServerE2eTest::server_ = nullptr;
 
 TEST_F(ServerE2eTest, ReportsLivenessReadinessAndPerModelReadiness) {
@@ -606,26 +606,23 @@ INSTANTIATE_TEST_SUITE_P(Paths, ServerE2eShutdownTest, ::testing::ValuesIn(kInfe
 
 // The default repository plus patient_groupnorm, a copy of the groupnorm
 // model that waits up to 30 s to fill a batch of 8; a server on it and a stub.
+// Members are destroyed in reverse: the server stops before its repository
+// is removed.
 struct PatientServer {
-  ~PatientServer() {
-    server.reset();
-    if (!repository.empty()) std::filesystem::remove_all(repository);
-  }
-
-  std::string repository;
+  std::optional<ScopedRepository> repository;
   std::unique_ptr<ServerProcess> server;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
 };
 
 void StartPatientServer(const std::vector<std::string>& flags, PatientServer* out) {
-  out->repository = MakeRepository();
-  ASSERT_TRUE(CopyModel(out->repository, kGroupNorm, "patient_groupnorm",
+  const std::string& repository = out->repository.emplace().path();
+  ASSERT_TRUE(CopyModel(repository, kGroupNorm, "patient_groupnorm",
                         [](inference::ModelConfig& config) {
                           config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(
                               30000000);
                         })
                   .ok());
-  auto server = ServerProcess::Start(ServerBinary(), out->repository, flags);
+  auto server = ServerProcess::Start(ServerBinary(), repository, flags);
   ASSERT_TRUE(server.ok()) << server.status();
   out->server = *std::move(server);
   out->stub = inference::GRPCInferenceService::NewStub(
