@@ -26,13 +26,12 @@ for i in "${!runs[@]}"; do
   label=$name
   [ "$name" = package ] && { [ "$i" -eq 0 ] && label=package_first || label=package_last; }
   dir=$PKG/ab_$name
-  mkdir -p "$dir" "$OUT/$label"
-  # Python gets only the library's own dependencies (Abseil), as in run.sh.
-  ln -sf "$PKG"/lib/libabsl_* "$dir/"
+  mkdir -p "$OUT/$label"
   if [ "$name" = package ]; then
-    ln -sf "$PKG/lib/libfuseserve_kernels_capi.so" "$dir/"
+    kernel_library_dir "$dir"
   else
-    xz -dc ".devlibs/$name/libfuseserve_kernels_capi.so.xz" > "$dir/libfuseserve_kernels_capi.so"
+    xz -dc ".devlibs/$name/libfuseserve_kernels_capi.so.xz" > "$PKG/stored_$name.so"
+    kernel_library_dir "$dir" "$PKG/stored_$name.so"
   fi
   LD_LIBRARY_PATH=$dir python3 bench/kernel_bench.py --lib "$dir/libfuseserve_kernels_capi.so" \
     --out "$OUT/$label" "${bench_args[@]}" > "$OUT/bench_$label.log" 2>&1

@@ -74,10 +74,7 @@ e2e_tests() {
 }
 
 kernel_bench() {
-  # Python gets only the C ABI library's own dependencies (Abseil): the
-  # rest of the package (OpenSSL, protobuf, ...) would shadow PyTorch's, and
-  # PyTorch has already loaded the CUDA runtime and cuBLAS the library uses.
-  mkdir -p "$PKG/capi" && ln -sf "$PKG"/lib/libabsl_* "$PKG/lib/libfuseserve_kernels_capi.so" "$PKG/capi/"
+  kernel_library_dir "$PKG/capi"
   step kernel_bench env LD_LIBRARY_PATH="$PKG/capi" python3 bench/kernel_bench.py \
     --lib "$PKG/capi/libfuseserve_kernels_capi.so" --out "$OUT" "$@"
   tail -n 40 "$OUT/kernel_bench.log"
