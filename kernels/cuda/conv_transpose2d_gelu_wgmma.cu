@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float kept[2 * kStagingRows];
 #pragma unroll
       for (int r = 0; r < kStagingRows; ++r) {
-        const float value = GeluErfShort(staging[r * kStagingPitch + lane] +
+        const float value = GeluErfFast(staging[r * kStagingPitch + lane] +
                                          __shfl_sync(0xffffffffu, lane_bias, r));
         const bool stored = keep && r < rows;
         if (stored) out[r * out_plane] = value;

@@ -406,6 +406,49 @@ TEST_F(ConvTranspose2dGeluTest, TiledKernelGivesTheSameOutputFromPointersOfAnyAl
   }
 }
 
+// The wgmma kernel's epilogue GELU (GeluErfFast on the device, its exp2f
+// within 2 ulp) against float64: with zero weights every output of channel
+// c is GELU(bias[c]), so 16 launches of 64 channels put 1024 biases over
+// [-12, 12] through it. Within 3e-7 max(1, |x|): the fit's 1e-7 (host
+// test) plus exp2f's error.
+TEST_F(ConvTranspose2dGeluTest, WgmmaEpilogueGeluMatchesFloat64) {
+  if (!IsHopper() || WgmmaDisabled()) GTEST_SKIP() << "needs the wgmma kernel (Hopper)";
+  const ConvCase c = MakeCase("S1_K3_C8to64_4x4_ZeroWeights", 1, 8, 64, 4, 4, 3, 1, 0, 0, 8);
+  const ConvTranspose2dParams& p = c.params;
+  ASSERT_TRUE(conv_wgmma::Supports(p, MathMode::kTf32));
+  const int64_t plane = OutHeight(p) * OutWidth(p);
+  const std::vector<float> weight(p.in_channels * p.out_channels * p.kernel_size * p.kernel_size,
+                                  0.0f);
+  const std::vector<float> input = reference::RandomNormal(
+      p.batch * p.in_channels * p.in_height * p.in_width, 71);
+  constexpr int kRounds = 16;
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<float> bias(p.out_channels);
+    for (int64_t channel = 0; channel < p.out_channels; ++channel) {
+      bias[channel] = -12.0f + 24.0f * static_cast<float>(round * p.out_channels + channel) /
+                                   static_cast<float>(kRounds * p.out_channels - 1);
+    }
+    absl::StatusOr<GpuResult> result = RunOnGpu(p, MathMode::kTf32, input, weight, bias, 0, 0,
+                                                0, ConvTransposeKernel::kWgmma);
+    ASSERT_TRUE(result.ok()) << result.status();
+    for (int64_t channel = 0; channel < p.out_channels; ++channel) {
+      const double x = bias[channel];
+      const double expected = 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+      for (int64_t i = 0; i < plane; ++i) {
+        const double error = std::abs(result->output[channel * plane + i] - expected) /
+                             std::max(1.0, std::abs(x));
+        if (error > worst) {
+          worst = error;
+          worst_x = bias[channel];
+        }
+      }
+    }
+  }
+  EXPECT_LE(worst, 3e-7) << "at x = " << worst_x;
+}
+
 // Stride 1, no padding unless the caller sets it.
 ConvTranspose2dParams Params(int64_t batch, int64_t in_channels, int64_t out_channels,
                              int64_t height, int64_t width, int64_t kernel_size) {
