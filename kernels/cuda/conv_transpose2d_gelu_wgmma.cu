@@ -173,34 +173,53 @@ __device__ __forceinline__ TileIndex DecomposeTile(int64_t tile, const Geometry&
           rest / g.co_tiles};
 }
 
-// Writes the accumulators of pixels 32 kBlock .. 32 kBlock + 31 (j = 4 kBlock
-// .. 4 kBlock + 3) to the warp's staging rows: accumulator 4 j + 2 h + e is
-// channel row lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e.
+// The epilogue of pixels 32 kBlock .. 32 kBlock + 31 (j = 4 kBlock .. 4 kBlock
+// + 3) in the accumulators' own layout: accumulator 4 j + 2 h + e is channel
+// row lane / 4 + 8 h, pixel 8 j + 2 (lane % 4) + e. Each value becomes
+// GELU(accumulator + bias), joins the thread's running GroupNorm sums of its
+// two rows (kept pixels only: keep_bits has bit p set when the block's pixel
+// p is an output pixel), and goes to the warp's staging rows for the
+// coalesced stores. In this layout the statistics cost two instructions per
+// element; summed after staging (lane = pixel) they took a 31-shuffle
+// reduce-scatter per 32 pixels (~8 per element, bench/kernel_notes.md v11b).
 template <int kBlock>
-__device__ __forceinline__ void StageBlock(const float (&acc)[128], float* staging, int lane) {
+__device__ __forceinline__ void EpilogueBlock(float (&acc)[128], const float (&row_bias)[2],
+                                              unsigned keep_bits, int lane, float* staging,
+                                              float (&sum)[2], float (&sum_sq)[2]) {
+  // In place: the next tile's first wgmma does not read the accumulators
+  // (a separate array of 16 values made ptxas spill 1.7 KB in the k = 3
+  // kernel).
+  float* value = acc + 16 * kBlock;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) value[i] = GeluErfFast(value[i] + row_bias[(i / 2) % 2]);
+  if (keep_bits == 0xffffffffu) {  // the same in every lane
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int h = (i / 2) % 2;
+      sum[h] += value[i];
+      sum_sq[h] = fmaf(value[i], value[i], sum_sq[h]);
+    }
+  } else {
+    // Rare at large images (a row's last grid columns, a sample's last
+    // tile). Selected, not added and taken back out: where masked pixels
+    // outnumber kept ones (small images) the subtraction cancelled.
+    const unsigned lane_bits = keep_bits >> (2 * (lane % 4));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int h = (i / 2) % 2;
+      const float kept = (lane_bits >> (8 * (i / 4) + i % 2)) & 1u ? value[i] : 0.0f;
+      sum[h] += kept;
+      sum_sq[h] = fmaf(kept, kept, sum_sq[h]);
+    }
+  }
 #pragma unroll
   for (int jj = 0; jj < 4; ++jj) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int index = (4 * kBlock + jj) * 4 + 2 * h;
+      const int i = 4 * jj + 2 * h;
       *reinterpret_cast<float2*>(staging + (lane / 4 + 8 * h) * kStagingPitch + 8 * jj +
-                                 2 * (lane % 4)) = make_float2(acc[index], acc[index + 1]);
+                                 2 * (lane % 4)) = make_float2(value[i], value[i + 1]);
     }
-  }
-}
-
-// One step of a reduce-scatter of 2 * kWidth values over the warp: lanes
-// with bit kWidth set keep the upper half (summed with their partner's),
-// the others the lower half, in v[0 .. kWidth). After the steps 16, 8, 4,
-// 2, 1, lane l holds the warp's total of v[l].
-template <int kWidth>
-__device__ __forceinline__ void ReduceScatterStep(float (&v)[32], int lane) {
-  const bool upper = (lane & kWidth) != 0;
-#pragma unroll
-  for (int k = 0; k < kWidth; ++k) {
-    const float send = upper ? v[k] : v[k + kWidth];
-    const float own = upper ? v[k + kWidth] : v[k];
-    v[k] = own + __shfl_xor_sync(0xffffffffu, send, kWidth);
   }
 }
 
@@ -415,73 +434,70 @@ __global__ void __launch_bounds__(kThreads, 1)
     hopper::NamedBarrier(1 + consumer, kConsumerThreads);
     const int warp_channel = co_tile * kBlockChannels + 16 * warp_in_group;
     const int rows = min(kStagingRows, g.out_channels - warp_channel);
-    const float lane_bias =
-        bias != nullptr && warp_channel + lane % 16 < g.out_channels ? bias[warp_channel + lane % 16]
-                                                                     : 0.0f;
+    // The thread's accumulator rows are channels warp_channel + lane / 4 + 8 h.
+    float row_bias[2];
+    float sum[2] = {0.0f, 0.0f};
+    float sum_sq[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + 8 * h;
+      row_bias[h] = bias != nullptr && row < rows ? bias[warp_channel + row] : 0.0f;
+    }
     const int first_group = stats ? co_tile * kBlockChannels / g.channels_per_group : 0;
     float* sample_output = output + (sample * g.out_channels + warp_channel) * out_plane;
     int q = q_tile * kTilePixels + consumer * kWarpgroupPixels + lane;
     int y = q / g.padded_width;
     int x = q - y * g.padded_width;
-    // Lane l's running total, over the tile's blocks, of row l's sum (l < 16)
-    // or row l - 16's sum of squares (l >= 16), kept pixels only.
-    float lane_total = 0.0f;
-    // One copy of the block's code, not eight: with the block loop unrolled
-    // the epilogue was ~150 KB of instructions and its warps stalled on
-    // instruction fetch for half of their time (ncu). Only the staging of
-    // a block's 16 accumulators is specialised per block (their indices
-    // must be compile-time constants).
+    // One copy of the block's store code, not eight: with the block loop
+    // unrolled the epilogue was ~150 KB of instructions and its warps
+    // stalled on instruction fetch for half of their time (ncu). Only the
+    // per-block work on the accumulators is specialised per block (their
+    // indices must be compile-time constants).
 #pragma unroll 1
     for (int block = 0; block < kWarpgroupPixels / 32; ++block) {
+      const bool keep = y < g.out_height && x < g.out_width;
+      const unsigned keep_bits = __ballot_sync(0xffffffffu, keep);
       switch (block) {
-        case 0: StageBlock<0>(acc, staging, lane); break;
-        case 1: StageBlock<1>(acc, staging, lane); break;
-        case 2: StageBlock<2>(acc, staging, lane); break;
-        case 3: StageBlock<3>(acc, staging, lane); break;
-        case 4: StageBlock<4>(acc, staging, lane); break;
-        case 5: StageBlock<5>(acc, staging, lane); break;
-        case 6: StageBlock<6>(acc, staging, lane); break;
-        default: StageBlock<7>(acc, staging, lane); break;
+        case 0: EpilogueBlock<0>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 1: EpilogueBlock<1>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 2: EpilogueBlock<2>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 3: EpilogueBlock<3>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 4: EpilogueBlock<4>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 5: EpilogueBlock<5>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        case 6: EpilogueBlock<6>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
+        default: EpilogueBlock<7>(acc, row_bias, keep_bits, lane, staging, sum, sum_sq); break;
       }
       __syncwarp();
-      const bool keep = y < g.out_height && x < g.out_width;
+      // Lane l stores pixel l of the block: 128 contiguous bytes per row.
       float* out = sample_output + static_cast<int64_t>(y) * g.out_width + x;
-      // The 16 rows in straight-line code, no branch between them, so that
-      // their loads and GELUs overlap (a row loop with the statistics'
-      // flushes inside ran one row at a time: latency-bound, ncu).
-      float kept[2 * kStagingRows];
 #pragma unroll
       for (int r = 0; r < kStagingRows; ++r) {
-        const float value = GeluErfFast(staging[r * kStagingPitch + lane] +
-                                         __shfl_sync(0xffffffffu, lane_bias, r));
-        const bool stored = keep && r < rows;
-        if (stored) out[r * out_plane] = value;
-        kept[r] = stored ? value : 0.0f;
-        kept[kStagingRows + r] = kept[r] * kept[r];
+        const float value = staging[r * kStagingPitch + lane];
+        if (keep && r < rows) out[r * out_plane] = value;
       }
       __syncwarp();  // the next block overwrites the staging rows
-      if (stats) {
-        // Lane l gets the block's total of kept[l] over the 32 pixels (31
-        // shuffles).
-        ReduceScatterStep<16>(kept, lane);
-        ReduceScatterStep<8>(kept, lane);
-        ReduceScatterStep<4>(kept, lane);
-        ReduceScatterStep<2>(kept, lane);
-        ReduceScatterStep<1>(kept, lane);
-        lane_total += kept[0];
-      }
       x += 32;
       while (x >= g.padded_width) {
         x -= g.padded_width;
         ++y;
       }
     }
-    if (stats && lane % kStagingRows < rows) {
-      const int row_group = (warp_channel + lane % kStagingRows) / g.channels_per_group;
-      atomicAdd(slots + 2 * (row_group - first_group) + lane / kStagingRows,
-                static_cast<double>(lane_total));
-    }
     if (stats) {
+      // The 4 lanes of a row (lane / 4 equal) hold its pixels' partial sums.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int width = 1; width <= 2; width *= 2) {
+          sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], width);
+          sum_sq[h] += __shfl_xor_sync(0xffffffffu, sum_sq[h], width);
+        }
+        const int row = lane / 4 + 8 * h;
+        if (lane % 4 == 0 && row < rows) {
+          const int row_group = (warp_channel + row) / g.channels_per_group;
+          atomicAdd(slots + 2 * (row_group - first_group), static_cast<double>(sum[h]));
+          atomicAdd(slots + 2 * (row_group - first_group) + 1, static_cast<double>(sum_sq[h]));
+        }
+      }
       hopper::NamedBarrier(1 + consumer, kConsumerThreads);  // every warp's sums are in the slots
       const int channel_end = min((co_tile + 1) * kBlockChannels, g.out_channels);
       const int groups = (channel_end - 1) / g.channels_per_group - first_group + 1;
