@@ -9,7 +9,6 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.cuh"
 #include "kernels/cuda/hopper.cuh"
-#include "kernels/cuda/mma_sync.cuh"
 
 // A stride-1 transposed convolution is a correlation of the input with the
 // flipped kernel: out[n, co, oy, ox] = sum over (ci, kh, kw) of
@@ -30,13 +29,20 @@
 //    [q0, q0 + L) of the chunk's channels with 4-byte cp.async into shared
 //    memory as [channel quad][pixel][4 channels] (zeros outside the image),
 //    each thread's copies arriving on the stage's full barrier as they land;
-//  - warpgroups 1 and 2, the consumers: round each stage's input to TF32 in
-//    place (wgmma would truncate raw float32) while the previous chunk's
-//    wgmmas run, then each multiplies the 64 channels by
+//  - warpgroups 1 and 2, the consumers: each multiplies the 64 channels by
 //    256 of the tile's pixels, one m64n256k8 wgmma per tap per chunk, the
 //    accumulators in registers (128 per thread), releasing each stage once
 //    the wgmmas that read it are done; then the epilogue adds the bias,
 //    applies GELU, stores the kept pixels and adds the GroupNorm sums.
+//
+// The input enters the tensor cores as float32, which wgmma reads as TF32 by
+// dropping the low 13 mantissa bits (truncation, as in CUTLASS's and
+// Triton's Hopper TF32 kernels fed by bulk copies); the weights are rounded
+// to nearest at load. A consumer pass rounding each stage in place cost
+// ~0.3 ms of 4.67 at the reference shape (its shared-memory traffic competes
+// with the wgmmas' operand reads) for an error of 3.3e-4 instead of 3.5e-4
+// relative L2 on the family's output, against tf32's contract of 1e-3
+// (bench/kernel_notes.md v15).
 
 namespace fuseserve::cuda::conv_wgmma {
 namespace {
@@ -71,9 +77,7 @@ constexpr int kProducerRegisters = 88;
 constexpr int kConsumerRegisters = 208;
 // At least two chunks in flight ahead of the consumers.
 constexpr int kMinStages = 3;
-// Named barriers: 1 + c for consumer warpgroup c's epilogue, and one for
-// both consumer warpgroups after rounding a stage.
-constexpr int kRoundedBarrier = 1 + kConsumerWarpgroups;
+// Named barriers: 1 + c for consumer warpgroup c's epilogue.
 constexpr int kMaxStages = 4;
 // Epilogue: each consumer warp passes 16 channels x 32 pixels at a time
 // through its own shared rows, so that the GELU runs in a row loop and a
@@ -84,9 +88,11 @@ constexpr int kStagingRows = 16;
 constexpr int kStagingPitch = 40;
 constexpr int kStagingBytes = kConsumerWarps * kStagingRows * kStagingPitch * 4;
 // GroupNorm sums of a tile, per consumer warpgroup: (sum, sum of squares) of
-// at most 64 groups, in double.
-constexpr int kMaxGroups = kBlockChannels;
-constexpr int kGroupSlotBytes = kConsumerWarpgroups * kMaxGroups * 2 * 8;
+// each of its 64 channel rows over its 256 pixels, written by one lane each
+// and added up per group after a barrier. (Shared-memory atomics in double
+// are compare-and-swap loops: adding rows into group slots took ~10% of the
+// consumers' time, ncu.)
+constexpr int kRowSlotBytes = kConsumerWarpgroups * kBlockChannels * 2 * 4;
 constexpr int kBarrierBytes = 2 * kMaxStages * 8;
 constexpr int64_t kSharedMemoryLimitBytes = 227 * 1024;
 
@@ -106,7 +112,7 @@ int64_t OutHeight(const ConvTranspose2dParams& p) {
 // shift, rounded so that every producer warp runs the same copy loop.
 int64_t TileSpan(const ConvTranspose2dParams& p) {
   const int64_t padded_width = OutWidth(p) + p.kernel_size - 1;
-  return RoundUp(kTilePixels + (p.kernel_size - 1) * (padded_width + 1), 32);
+  return RoundUp(kTilePixels + (p.kernel_size - 1) * (padded_width + 1), kProducerStep);
 }
 
 int64_t StageBytes(const ConvTranspose2dParams& p) {
@@ -140,23 +146,6 @@ struct Geometry {
   int channels_per_group;  // 0: no statistics
   int num_groups;
 };
-
-// Rounds a stage's input (2 * span pixels of 4 channels) to TF32 in place,
-// 16 bytes per access, shared by the consumer threads (index `thread` of
-// `threads`). wgmma would truncate raw float32 (twice the error, biased).
-__device__ __forceinline__ void RoundStageInput(unsigned char* stage, int span, int thread,
-                                                int threads) {
-  float4* pixels = reinterpret_cast<float4*>(stage);
-#pragma unroll 4
-  for (int i = thread; i < 2 * span; i += threads) {
-    float4 v = pixels[i];
-    v.x = RoundTf32(v.x);
-    v.y = RoundTf32(v.y);
-    v.z = RoundTf32(v.z);
-    v.w = RoundTf32(v.w);
-    pixels[i] = v;
-  }
-}
 
 // Tile t of the persistent loop: pixel tiles fastest, so that the blocks
 // running at once work on neighbouring rows of one sample (their halo rows
@@ -243,8 +232,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int weight_bytes = taps * kTapWeightBytes;
 
   unsigned char* staging_base = smem + g.stages * g.stage_bytes;
-  double* group_slots = reinterpret_cast<double*>(staging_base + kStagingBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(staging_base + kStagingBytes + kGroupSlotBytes);
+  float* row_slots = reinterpret_cast<float*>(staging_base + kStagingBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging_base + kStagingBytes + kRowSlotBytes);
   uint64_t* empty = full + kMaxStages;
 
   if (t == 0) {
@@ -256,7 +245,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     hopper::FenceMbarrierInit();
   }
-  for (int i = t; i < kConsumerWarpgroups * kMaxGroups * 2; i += kThreads) group_slots[i] = 0;
   __syncthreads();
 
   const uint32_t smem_address = hopper::SharedAddress(smem);
@@ -293,7 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           const bool inside =
               static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
               static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
-          offsets[i] = inside ? static_cast<unsigned>(in_row * g.in_width + in_column) : 0u;
+          // In bytes: the copy loop adds it to a byte pointer as is.
+          offsets[i] = inside ? static_cast<unsigned>(in_row * g.in_width + in_column) * 4u : 0u;
           inside_mask |= static_cast<uint64_t>(inside) << i;
           in_column += g.step_columns;
           in_row += g.step_rows;
@@ -327,16 +316,28 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t destination = smem_address + stage * g.stage_bytes + first_pixel * kCoreRowBytes +
                                channel * 4;
         if (table) {
-          // The tile's offsets, computed once for its chunks: per step two
-          // address computations and two copies.
+          // The tile's offsets, computed once for its chunks. Per step two
+          // copies, each one 64-bit address add and one predicate bit: the
+          // producer has one warp per scheduler, so every dependent
+          // instruction of its copy loop is exposed latency (ncu: the loop
+          // was ~70% of the producer's time and the consumers waited ~20%
+          // of theirs for a stage). The span is a multiple of the step, so
+          // every lane runs the same steps.
+          const char* bytes_0 = reinterpret_cast<const char*>(source_0);
+          const char* bytes_1 = reinterpret_cast<const char*>(source_1);
+          const uint64_t mask_0 = channel_valid_0 ? inside_mask : 0;
+          const uint64_t mask_1 = channel_valid_1 ? inside_mask : 0;
+          const uint32_t destination_1 = destination + quad_bytes;
+          const int steps = g.span / kProducerStep;
 #pragma unroll
           for (int i = 0; i < kMaxProducerSteps; ++i) {
-            if (first_pixel + i * kProducerStep < g.span) {
-              const bool inside = (inside_mask >> i) & 1u;
+            if (i < steps) {
               CpAsync4ToShared(destination + i * kProducerStep * kCoreRowBytes,
-                               source_0 + offsets[i], inside && channel_valid_0);
-              CpAsync4ToShared(destination + quad_bytes + i * kProducerStep * kCoreRowBytes,
-                               source_1 + offsets[i], inside && channel_valid_1);
+                               reinterpret_cast<const float*>(bytes_0 + offsets[i]),
+                               (mask_0 >> i) & 1u);
+              CpAsync4ToShared(destination_1 + i * kProducerStep * kCoreRowBytes,
+                               reinterpret_cast<const float*>(bytes_1 + offsets[i]),
+                               (mask_1 >> i) & 1u);
             }
           }
         } else {
@@ -366,9 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // Each thread's copies arrive on the stage's full barrier as they land.
         // (Waiting for them and arriving by an ordinary release, one chunk
-        // late, measured 6% slower; racecheck reports the consumers' rounding
-        // and these copies as racing either way: it does not follow ordering
-        // through mbarriers.)
+        // late, measured 6% slower.)
         hopper::CpAsyncArriveOnCompletion(&full[stage]);
       }
     }
@@ -383,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp_in_group = warp % 4;
   float* staging = reinterpret_cast<float*>(staging_base) +
                    (warp - kProducerWarps) * kStagingRows * kStagingPitch;
-  double* slots = group_slots + consumer * kMaxGroups * 2;
+  float* slots = row_slots + consumer * kBlockChannels * 2;
   const bool stats = group_sums != nullptr;
 
   float acc[128];
@@ -397,12 +396,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
       const int stage = it % g.stages;
       hopper::MbarrierWait(&full[stage], (it / g.stages) & 1);
-      // While the previous chunk's wgmmas run: round this one, then make the
-      // rounded values visible to the tensor cores of both warpgroups.
-      RoundStageInput(smem + stage * g.stage_bytes, g.span, t - kProducerThreads,
-                      kConsumerThreads * kConsumerWarpgroups);
+      // The copies wrote through the generic proxy; the wgmmas read through
+      // the async proxy.
       hopper::FenceProxyAsyncShared();
-      hopper::NamedBarrier(kRoundedBarrier, kConsumerThreads * kConsumerWarpgroups);
       const uint32_t stage_address = smem_address + stage * g.stage_bytes;
       const uint64_t a_descriptor = hopper::MatrixDescriptor(
           stage_address + 2 * g.span * kCoreRowBytes, kKHalfBytes, kCoreMatrixBytes);
@@ -430,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) hopper::MbarrierArrive(&empty[previous_stage]);
 
     // ---- epilogue ----
-    // This warpgroup's group slots are zero: the previous tile's flush is done.
+    // The previous tile's flush has read this warpgroup's row slots.
     hopper::NamedBarrier(1 + consumer, kConsumerThreads);
     const int warp_channel = co_tile * kBlockChannels + 16 * warp_in_group;
     const int rows = min(kStagingRows, g.out_channels - warp_channel);
@@ -491,20 +487,26 @@ __global__ void __launch_bounds__(kThreads, 1)
           sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], width);
           sum_sq[h] += __shfl_xor_sync(0xffffffffu, sum_sq[h], width);
         }
-        const int row = lane / 4 + 8 * h;
-        if (lane % 4 == 0 && row < rows) {
-          const int row_group = (warp_channel + row) / g.channels_per_group;
-          atomicAdd(slots + 2 * (row_group - first_group), static_cast<double>(sum[h]));
-          atomicAdd(slots + 2 * (row_group - first_group) + 1, static_cast<double>(sum_sq[h]));
+        if (lane % 4 == 0) {
+          const int row = 16 * warp_in_group + lane / 4 + 8 * h;
+          slots[2 * row] = sum[h];
+          slots[2 * row + 1] = sum_sq[h];
         }
       }
-      hopper::NamedBarrier(1 + consumer, kConsumerThreads);  // every warp's sums are in the slots
+      hopper::NamedBarrier(1 + consumer, kConsumerThreads);  // every row's sums are in the slots
+      // Thread 2 i + s adds up statistic s of the tile's i-th group.
       const int channel_end = min((co_tile + 1) * kBlockChannels, g.out_channels);
       const int groups = (channel_end - 1) / g.channels_per_group - first_group + 1;
       if (consumer_thread < 2 * groups) {
-        atomicAdd(group_sums + 2 * (sample * g.num_groups + first_group) + consumer_thread,
-                  slots[consumer_thread]);
-        slots[consumer_thread] = 0;
+        const int group = first_group + consumer_thread / 2;
+        const int tile_channel = co_tile * kBlockChannels;
+        const int row_end = min((group + 1) * g.channels_per_group, channel_end) - tile_channel;
+        double total = 0.0;
+        for (int row = max(group * g.channels_per_group, tile_channel) - tile_channel;
+             row < row_end; ++row) {
+          total += slots[2 * row + consumer_thread % 2];
+        }
+        atomicAdd(group_sums + 2 * (sample * g.num_groups + group) + consumer_thread % 2, total);
       }
     }
   }
@@ -552,7 +554,7 @@ int64_t WeightIndex(const ConvTranspose2dParams& params, int64_t ci, int64_t co,
 }
 
 int64_t SharedMemoryBytes(const ConvTranspose2dParams& params, int stages) {
-  return stages * StageBytes(params) + kStagingBytes + kGroupSlotBytes + kBarrierBytes;
+  return stages * StageBytes(params) + kStagingBytes + kRowSlotBytes + kBarrierBytes;
 }
 
 absl::Status Launch(const ConvTranspose2dParams& params, const float* input,

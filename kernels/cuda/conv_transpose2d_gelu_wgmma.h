@@ -11,9 +11,9 @@
 // stored), K = (8-channel chunk, tap, channel). A persistent block runs
 // 512-pixel tiles: one producer warpgroup copies each chunk's input into
 // shared memory (channels interleaved by 4) and its weights by one bulk
-// copy; two consumer warpgroups round the input to TF32, each multiply 64
-// channels x 256 pixels with one m64n256k8 wgmma per tap and run the
-// epilogue.
+// copy; two consumer warpgroups each multiply 64 channels x 256 pixels with
+// one m64n256k8 wgmma per tap (the input truncated to TF32 by the hardware,
+// the weights rounded at load) and run the epilogue.
 
 #include <cuda_runtime_api.h>
 
