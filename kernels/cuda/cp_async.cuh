@@ -27,21 +27,12 @@ __device__ __forceinline__ void CpAsync4(float* shared, const float* global, boo
 }
 
 // CpAsync4 to a shared-memory address (the shared window's 32-bit offset),
-// for copy loops that step the destination without generic pointers. An
-// invalid copy writes zeros through cp.async's ignore-src predicate: one
-// predicated LDGSTS. (The src-size form, `valid ? 4 : 0`, took four more
-// instructions per copy to turn the flag into a size: ncu SASS of the wgmma
-// convolution's producer.)
+// for copy loops that step the destination without generic pointers.
 __device__ __forceinline__ void CpAsync4ToShared(uint32_t shared_address, const float* global,
                                                  bool valid) {
-  asm volatile(
-      "{\n"
-      "  .reg .pred ignore;\n"
-      "  setp.eq.u32 ignore, %2, 0;\n"
-      "  cp.async.ca.shared.global [%0], [%1], 4, ignore;\n"
-      "}\n" ::"r"(shared_address),
-      "l"(global), "r"(static_cast<uint32_t>(valid))
-      : "memory");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_address),
+               "l"(global), "r"(valid ? 4 : 0)
+               : "memory");
 }
 
 __device__ __forceinline__ void CpAsyncCommit() {
