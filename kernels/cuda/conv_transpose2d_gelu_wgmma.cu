@@ -77,11 +77,14 @@ constexpr int kProducerRegisters = 88;
 constexpr int kConsumerRegisters = 208;
 // At least two chunks in flight ahead of the consumers.
 constexpr int kMinStages = 3;
-// Named barriers: 1 + c for consumer warpgroup c's epilogue.
 constexpr int kMaxStages = 4;
+// Named barrier kFirstEpilogueBarrier + c: consumer warpgroup c's epilogue
+// (barrier 0 is __syncthreads).
+constexpr int kFirstEpilogueBarrier = 1;
 // Epilogue: each consumer warp passes 16 channels x 32 pixels at a time
-// through its own shared rows, so that the GELU runs in a row loop and a
-// warp stores 128 contiguous bytes of one channel. Pitch == 8 (mod 32):
+// (bias, GELU and statistics already applied in the accumulators' layout)
+// through its own shared rows, so that a warp stores 128 contiguous bytes
+// of one channel. Pitch == 8 (mod 32):
 // the float2 writes of rows g, columns 2q fall on distinct banks per
 // half-warp.
 constexpr int kStagingRows = 16;
@@ -427,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // ---- epilogue ----
     // The previous tile's flush has read this warpgroup's row slots.
-    hopper::NamedBarrier(1 + consumer, kConsumerThreads);
+    hopper::NamedBarrier(kFirstEpilogueBarrier + consumer, kConsumerThreads);
     const int warp_channel = co_tile * kBlockChannels + 16 * warp_in_group;
     const int rows = min(kStagingRows, g.out_channels - warp_channel);
     // The thread's accumulator rows are channels warp_channel + lane / 4 + 8 h.
@@ -493,7 +496,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           slots[2 * row + 1] = sum_sq[h];
         }
       }
-      hopper::NamedBarrier(1 + consumer, kConsumerThreads);  // every row's sums are in the slots
+      // Every row's sums are in the slots.
+      hopper::NamedBarrier(kFirstEpilogueBarrier + consumer, kConsumerThreads);
       // Thread 2 i + s adds up statistic s of the tile's i-th group.
       const int channel_end = min((co_tile + 1) * kBlockChannels, g.out_channels);
       const int groups = (channel_end - 1) / g.channels_per_group - first_group + 1;

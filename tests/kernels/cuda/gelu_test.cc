@@ -20,8 +20,8 @@ TEST(GeluErfFastTest, MatchesFloat64WithinFloat32Error) {
   double worst = 0.0;
   float worst_x = 0.0f;
   const auto check = [&](float x) {
-    const double error =
-        std::abs(static_cast<double>(GeluErfFast(x)) - GeluFloat64(x)) / std::max(1.0, std::abs(1.0 * x));
+    const double error = std::abs(static_cast<double>(GeluErfFast(x)) - GeluFloat64(x)) /
+                         std::max(1.0, std::abs(1.0 * x));
     if (error > worst) {
       worst = error;
       worst_x = x;
