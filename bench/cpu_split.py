@@ -210,9 +210,10 @@ def format_result(r):
   return "\n".join(lines)
 
 
-def reconfigure(repository, instances, queue_delay_us):
-  """Sets the instance count and the batching delay of every model in
-  `repository` (0 / -1: left as they are)."""
+def reconfigure(repository, instances, queue_delay_us, busy_wait_events=None):
+  """Sets the instance count, the batching delay and how GPU instances wait
+  for a batch (optimization.cuda.busy_wait_events) of every model in
+  `repository` (0 / -1 / None: left as they are)."""
   for name in sorted(os.listdir(repository)):
     path = os.path.join(repository, name, "config.pbtxt")
     if not os.path.isfile(path):
@@ -223,6 +224,8 @@ def reconfigure(repository, instances, queue_delay_us):
         group.count = instances
     if queue_delay_us >= 0 and config.HasField("dynamic_batching"):
       config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
+    if busy_wait_events is not None:
+      config.optimization.cuda.busy_wait_events = busy_wait_events
     with open(path, "w") as f:
       f.write(sb.text_format.MessageToString(config))
 
@@ -251,6 +254,9 @@ def parse_args(argv):
   parser.add_argument("--queue-delay-us", type=int, default=-1,
                       help="max_queue_delay_microseconds of every batching model "
                            "(default: the repository's)")
+  parser.add_argument("--busy-wait-events", choices=("on", "off"), default=None,
+                      help="GPU instances spin on their batches' events (on) or block in "
+                           "the driver (off); default: the repository's")
   args = parser.parse_args(argv)
   if args.duration_s <= 2 * EDGE_S + 1:
     parser.error("--duration-s must exceed %.0f s" % (2 * EDGE_S + 1))
@@ -273,7 +279,8 @@ def run(args):
   results = []
   try:
     repository, by_family, nobatch = sb.prepare_repository(args, cli, work_dir)
-    reconfigure(repository, args.instances, args.queue_delay_us)
+    reconfigure(repository, args.instances, args.queue_delay_us,
+                None if args.busy_wait_events is None else args.busy_wait_events == "on")
     models = {c.label: by_family[c.family] for c in sb.CONFIGURATIONS}
     models["gemm_nobatch"] = nobatch
     plans = sb.plan_configurations(args, repository, by_family)
@@ -316,6 +323,7 @@ def run(args):
                             "instances": args.instances or "repository's",
                             "queue_delay_us": (args.queue_delay_us if args.queue_delay_us >= 0
                                                else "repository's"),
+                            "busy_wait_events": args.busy_wait_events or "repository's",
                             "server_args": args.server_arg,
                             "host_cpus": os.cpu_count()},
                "runs": results, "server_exit_code": exit_code}, f, indent=1)

@@ -89,14 +89,18 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An event for ordering and timing work on streams.
+// An event for ordering and timing work on streams. Synchronize() spins
+// until the event completes, or, with `blocking_sync`, sleeps in the driver
+// until it does (cudaEventBlockingSync: no CPU spent waiting, a thread
+// wake-up added).
 class Event {
  public:
   Event() = default;
-  static absl::StatusOr<Event> Create(bool timing = true) {
+  static absl::StatusOr<Event> Create(bool timing = true, bool blocking_sync = false) {
     Event event;
-    RETURN_IF_CUDA_ERROR(
-        cudaEventCreateWithFlags(&event.event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+    const unsigned flags = (timing ? cudaEventDefault : cudaEventDisableTiming) |
+                           (blocking_sync ? cudaEventBlockingSync : 0u);
+    RETURN_IF_CUDA_ERROR(cudaEventCreateWithFlags(&event.event_, flags));
     return event;
   }
   Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}

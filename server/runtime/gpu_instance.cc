@@ -356,7 +356,10 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOpt
   ASSIGN_OR_RETURN(cuda::Event start, cuda::Event::Create());
   ASSIGN_OR_RETURN(cuda::Event input_done, cuda::Event::Create());
   ASSIGN_OR_RETURN(cuda::Event infer_done, cuda::Event::Create());
-  ASSIGN_OR_RETURN(cuda::Event output_done, cuda::Event::Create());
+  // The one event the instance thread waits on.
+  ASSIGN_OR_RETURN(cuda::Event output_done,
+                   cuda::Event::Create(/*timing=*/true,
+                                       /*blocking_sync=*/!options.busy_wait_events));
   auto instance = std::make_unique<GpuInstance>(
       options, std::move(stream), std::move(cublas), std::move(executor), std::move(start),
       std::move(input_done), std::move(infer_done), std::move(output_done));

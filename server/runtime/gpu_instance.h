@@ -48,6 +48,9 @@ struct GpuInstanceOptions {
   // Replay each batch shape's kernels as a CUDA graph (see CudaGraphCache);
   // off runs every batch kernel by kernel.
   bool cuda_graphs = true;
+  // Wait for each batch by spinning on its completion event (Triton's
+  // optimization.cuda.busy_wait_events) instead of blocking in the driver.
+  bool busy_wait_events = false;
   // Receives every batch's phases (input, compute, output), when set.
   BatchTraceSink* trace = nullptr;
 };

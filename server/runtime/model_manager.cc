@@ -280,6 +280,7 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
         gpu.metrics = record->metrics_;
         gpu.max_input_shape = MaxInputShape(*config);
         gpu.cuda_graphs = UsesCudaGraphs(*config);
+        gpu.busy_wait_events = config->optimization().cuda().busy_wait_events();
         gpu.trace = options.batch_trace;
         ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateGpuInstance(gpu));
         instances.push_back(std::move(instance));

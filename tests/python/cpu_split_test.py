@@ -33,6 +33,27 @@ PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 @unittest.skipIf(_MISSING, _SKIP_REASON)
 class CpuSplitTest(unittest.TestCase):
 
+  def test_reconfigure_sets_how_gpu_instances_wait_and_leaves_the_rest(self):
+    sys.path.insert(0, _BENCH_DIR)
+    import cpu_split  # noqa: E402  (needs the stubs that _MISSING checks)
+    repository = tempfile.mkdtemp(prefix="cpu_split_repo_")
+    self.addCleanup(shutil.rmtree, repository, True)
+    os.makedirs(os.path.join(repository, "m"))
+    with open(os.path.join(repository, "m", "config.pbtxt"), "w") as f:
+      f.write('name: "m"\nmax_batch_size: 4\n'
+              'dynamic_batching { max_queue_delay_microseconds: 100 }\n'
+              'optimization { cuda { busy_wait_events: true } }\n')
+    cpu_split.reconfigure(repository, 0, -1, False)
+    config = cpu_split.sb.read_config(os.path.join(repository, "m"))
+    self.assertFalse(config.optimization.cuda.busy_wait_events)
+    self.assertEqual(config.dynamic_batching.max_queue_delay_microseconds, 100)
+    cpu_split.reconfigure(repository, 0, -1, True)
+    config = cpu_split.sb.read_config(os.path.join(repository, "m"))
+    self.assertTrue(config.optimization.cuda.busy_wait_events)
+    cpu_split.reconfigure(repository, 0, -1, None)
+    self.assertTrue(cpu_split.sb.read_config(
+        os.path.join(repository, "m")).optimization.cuda.busy_wait_events)
+
   def test_quick_runs_record_the_split_latency_and_phases_with_overrides(self):
     work_dir = tempfile.mkdtemp(prefix="cpu_split_test_")
     self.addCleanup(shutil.rmtree, work_dir, True)
@@ -41,6 +62,7 @@ class CpuSplitTest(unittest.TestCase):
         [sys.executable, CPU_SPLIT, "--quick", "--fuseserve", os.environ["FUSESERVE_BINARY"],
          "--cli", os.environ["FUSESERVE_CLI"], "--out", out, "--run", "gemm:2",
          "--run", "groupnorm:2", "--shared-memory", "--queue-delay-us", "0",
+         "--busy-wait-events", "off",
          "--server-arg=--response-threads=2", "--duration-s", "2.5", "--warmup-s", "0.5"],
         capture_output=True, text=True, timeout=240)
     self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
@@ -49,6 +71,7 @@ class CpuSplitTest(unittest.TestCase):
 
     settings = result["settings"]
     self.assertEqual(settings["queue_delay_us"], 0)
+    self.assertEqual(settings["busy_wait_events"], "off")
     self.assertEqual(settings["server_args"], ["--response-threads=2"])
     self.assertEqual(settings["tensors"], "system shared memory")
     self.assertEqual(result["server_exit_code"], 0)

@@ -59,8 +59,10 @@ class GpuInstanceTest : public ::testing::Test {
     model_ = *std::move(model);
   }
 
-  std::unique_ptr<Instance> CreateInstance(bool cuda_graphs, BatchTraceSink* trace = nullptr) {
+  std::unique_ptr<Instance> CreateInstance(bool cuda_graphs, BatchTraceSink* trace = nullptr,
+                                           bool busy_wait_events = false) {
     GpuInstanceOptions options;
+    options.busy_wait_events = busy_wait_events;
     options.trace = trace;
     options.name = "groupnorm gpu0#0";
     options.model = model_.get();
@@ -152,6 +154,16 @@ TEST_F(GpuInstanceTest, PlainLaunchesGiveTheCpuAnswerForEveryBatch) {
   std::unique_ptr<Instance> instance = CreateInstance(/*cuda_graphs=*/false);
   ASSERT_NE(instance, nullptr);
   RunMixedBatches(instance.get());
+}
+
+// Both ways of waiting for a batch (the driver's blocking wait, the default,
+// and Triton's busy_wait_events spin) answer every batch once it is done.
+TEST_F(GpuInstanceTest, BusyWaitingOnEventsGivesTheCpuAnswerForEveryBatch) {
+  std::unique_ptr<Instance> instance =
+      CreateInstance(/*cuda_graphs=*/true, /*trace=*/nullptr, /*busy_wait_events=*/true);
+  ASSERT_NE(instance, nullptr);
+  RunMixedBatches(instance.get());
+  EXPECT_TRUE(instance->healthy());
 }
 
 TEST_F(GpuInstanceTest, PinnedRequestsAreNeverCopiedOnTheHost) {

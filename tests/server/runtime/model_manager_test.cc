@@ -234,6 +234,36 @@ TEST_F(ModelManagerTest, AcceptsTritonsCudaGraphsSetting) {
   EXPECT_TRUE(on->config().optimization().cuda().graphs());
 }
 
+TEST_F(ModelManagerTest, DefaultRepositoryModelsSpinOnTheirGpuEvents) {
+  // The generated repository keeps the waiting its serving results were
+  // measured with (client/default_repository.cc).
+  Load();
+  for (const char* name : {kConvModel, kGemmModel, kGroupNormModel}) {
+    const ModelVersionRecord* record = MustFind(name, "");
+    ASSERT_NE(record, nullptr);
+    EXPECT_TRUE(record->config().optimization().cuda().busy_wait_events()) << name;
+  }
+}
+
+TEST_F(ModelManagerTest, AcceptsTritonsBusyWaitEventsSetting) {
+  // optimization { cuda { busy_wait_events } }: how GPU instances wait for a
+  // batch; accepted either way and served back as given (false when absent).
+  WriteFile("spin/config.pbtxt",
+            GroupNormConfig("spin", "optimization { cuda { busy_wait_events: true } }\n"));
+  WriteWeights("spin/1/model.safetensors", GroupNormWeights());
+  WriteFile("block/config.pbtxt", GroupNormConfig("block", ""));
+  WriteWeights("block/1/model.safetensors", GroupNormWeights());
+  Load();
+  const ModelVersionRecord* spin = MustFind("spin", "");
+  const ModelVersionRecord* block = MustFind("block", "");
+  ASSERT_NE(spin, nullptr);
+  ASSERT_NE(block, nullptr);
+  EXPECT_TRUE(spin->ready());
+  EXPECT_TRUE(block->ready());
+  EXPECT_TRUE(spin->config().optimization().cuda().busy_wait_events());
+  EXPECT_FALSE(block->config().optimization().cuda().busy_wait_events());
+}
+
 TEST_F(ModelManagerTest, BrokenModelsDoNotStopTheOthersFromLoading) {
   AddBrokenModels();
   Load();
