@@ -81,7 +81,7 @@ class Capi:
     lib.fs_conv_prepare_weight.argtypes = [i64] * 5 + [vp, vp, cp, i64]
     lib.fs_conv_workspace_bytes.restype = i64
     lib.fs_conv_workspace_bytes.argtypes = [i64] * 10 + [f64, i64]
-    lib.fs_conv_family.argtypes = [i64] * 10 + [f64, i64] + [vp] * 8 + [cp, i64]
+    lib.fs_conv_family.argtypes = [i64] * 10 + [f64, i64] + [vp] * 8 + [cp, i64] + [i64] * 2
     lib.fs_cublas_create.restype = vp
     lib.fs_cublas_create.argtypes = [vp]
     lib.fs_cublas_destroy.argtypes = [vp]
@@ -111,13 +111,17 @@ def stream_ptr():
 
 GEMM_ALGORITHMS = {"auto": 0, "small": 1, "sgemm": 2, "tf32x3": 3, "skinny": 4}
 GROUPNORM_SCHEDULES = {"auto": 0, "two-read": 1, "lagged": 2}
+CONV_GROUPNORM_SCHEDULES = {"auto": 0, "after": 1, "concurrent": 2}
+# The library's own choice (families.h kMinConcurrentGroupNormBatch).
+MIN_CONCURRENT_GROUPNORM_BATCH = 8
 
 
 def make_ours(capi, family, module, spec, precision, input_shape, options=None):
   """A callable x -> y running our GPU path for `module` on `input_shape`.
 
-  options pin an algorithm instead of the library's own choice: family B
-  {"algorithm": one of GEMM_ALGORITHMS, "slices": n}, family C
+  options pin an algorithm instead of the library's own choice: family A
+  {"schedule": one of CONV_GROUPNORM_SCHEDULES, "sms": multiprocessors left to a
+  concurrent GroupNorm}, family B {"algorithm": one of GEMM_ALGORITHMS, "slices": n}, family C
   {"schedule": one of GROUPNORM_SCHEDULES, "lag": chunks, "ctas": CTAs per SM}."""
   options = options or {}
   tf32 = 1 if precision == "tf32" else 0
@@ -140,13 +144,15 @@ def make_ours(capi, family, module, spec, precision, input_shape, options=None):
     h_out = (h - 1) * stride - 2 * pad + k + opad
     w_out = (w - 1) * stride - 2 * pad + k + opad
     gn = module.group_norm
+    schedule = CONV_GROUPNORM_SCHEDULES[options.get("schedule", "auto")]
+    gn_sms = options.get("sms", 0)
 
     def run(x, out=None):
       y = out if out is not None else torch.empty((n, c_out, h_out, w_out), device="cuda")
       capi.check(capi.lib.fs_conv_family(n, c_in, c_out, h, w, k, stride, pad, opad, groups, eps,
                                          tf32, ptr(x), ptr(prepared), ptr(conv.bias),
                                          ptr(gn.weight), ptr(gn.bias), ptr(y), ptr(ws),
-                                         stream_ptr(), capi.error, 1024))
+                                         stream_ptr(), capi.error, 1024, schedule, gn_sms))
       return y
     return run
   if family == "B":
@@ -233,17 +239,29 @@ def write_report(out, device, copy_tbps, results):
     json.dump(report, f, indent=2)
 
 
-def configurations(quick):
+def configurations(quick, conv_gn_sms=()):
   """(label, family, constructor args, precision, input shape, flops, bytes, options) rows.
 
-  Rows with options pin one of our algorithms (family B) and time only ours:
-  they show why the library picks what it picks."""
+  Rows with options pin one of our algorithms and time only ours: they show
+  why the library picks what it picks. conv_gn_sms adds family A rows at the
+  largest batch with the concurrent GroupNorm on that many multiprocessors."""
   configs = []
-  for n in ([1, 8] if quick else [1, 8, 32, 128]):
+  batches = [1, 8] if quick else [1, 8, 32, 128]
+  for n in batches:
     spec = (64, 64, 3, 1, 0, 0, 8, 1e-5)
     flops = 2 * n * 64 * 64 * 9 * 256 * 256
     bytes_ = 4 * (n * 64 * 256 * 256 + n * 64 * 258 * 258)
-    configs.append((f"A conv n={n}", "A", spec, "tf32", (n, 64, 256, 256), flops, bytes_, None))
+    shape = (n, 64, 256, 256)
+    configs.append((f"A conv n={n}", "A", spec, "tf32", shape, flops, bytes_, None))
+    # The GroupNorm schedule the library does not pick at this batch.
+    if not quick:
+      other = "after" if n >= MIN_CONCURRENT_GROUPNORM_BATCH else "concurrent"
+      configs.append((f"A conv n={n} gn {other}", "A", spec, "tf32", shape, flops, bytes_,
+                      {"schedule": other}))
+    if n == batches[-1]:
+      for sms in conv_gn_sms:
+        configs.append((f"A conv n={n} gn concurrent sms {sms}", "A", spec, "tf32", shape, flops,
+                        bytes_, {"schedule": "concurrent", "sms": sms}))
   gemm = (8192, 8192, 256, -1.0, 1.0, 1e-5)
   for n in ([1, 64] if quick else [1, 2, 4, 8, 16, 32, 48, 64, 256, 1024]):
     flops = 2 * n * 8192 * 8192
@@ -318,7 +336,11 @@ def main():
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--no-compile", action="store_true")
   parser.add_argument("--families", default="ABC", help="which families to run, e.g. BC")
+  parser.add_argument("--conv-gn-sms", default="",
+                      help="comma-separated multiprocessor counts for the concurrent GroupNorm "
+                           "of family A, each a row at the largest batch")
   args = parser.parse_args()
+  conv_gn_sms = [int(v) for v in args.conv_gn_sms.split(",") if v]
 
   torch.manual_seed(0)
   # Let PyTorch load its CUDA runtime and cuBLAS first; the library then
@@ -335,7 +357,8 @@ def main():
   del src, dst
 
   results = []
-  for label, family, spec, precision, shape, flops, bytes_, options in configurations(args.quick):
+  for label, family, spec, precision, shape, flops, bytes_, options in configurations(
+      args.quick, conv_gn_sms):
     if family not in args.families:
       continue
     torch.cuda.empty_cache()

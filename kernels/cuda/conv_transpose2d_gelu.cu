@@ -657,16 +657,30 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
 absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMode mode,
                                      const float* input, const float* prepared_weight,
                                      const float* bias, float* output, int64_t num_groups,
-                                     double* group_sums, cudaStream_t stream) {
+                                     double* group_sums, cudaStream_t stream,
+                                     const ConvSampleSignals& signals) {
   return ConvTranspose2dBiasGeluOn(ConvTransposeKernel::kAuto, params, mode, input,
-                                   prepared_weight, bias, output, num_groups, group_sums, stream);
+                                   prepared_weight, bias, output, num_groups, group_sums, stream,
+                                   signals);
+}
+
+absl::StatusOr<bool> ConvTranspose2dGivesSampleSignals(const ConvTranspose2dParams& params,
+                                                       MathMode mode) {
+  RETURN_IF_ERROR(ValidateConvTranspose2dParams(params));
+  if (!HasTensorCoreLayouts(params, mode) || !conv_wgmma::Supports(params, mode)) return false;
+  return conv_wgmma::AvailableOnCurrentDevice();
+}
+
+int64_t ConvTranspose2dSignalsPerSample(const ConvTranspose2dParams& params) {
+  return conv_wgmma::SignalsPerSample(params);
 }
 
 absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
                                        const ConvTranspose2dParams& params, MathMode mode,
                                        const float* input, const float* prepared_weight,
                                        const float* bias, float* output, int64_t num_groups,
-                                       double* group_sums, cudaStream_t stream) {
+                                       double* group_sums, cudaStream_t stream,
+                                       const ConvSampleSignals& signals) {
   RETURN_IF_ERROR(ValidateConvTranspose2dParams(params));
   if (input == nullptr || prepared_weight == nullptr || output == nullptr) {
     return absl::InvalidArgumentError("ConvTranspose2dBiasGelu: null input, weight or output");
@@ -681,6 +695,12 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
         absl::StrCat("ConvTranspose2dBiasGelu: num_groups ", num_groups,
                      " must be >= 1 and divide out_channels ", params.out_channels));
   }
+  if (signals.sample_done != nullptr &&
+      (group_sums == nullptr ||
+       (kernel != ConvTransposeKernel::kAuto && kernel != ConvTransposeKernel::kWgmma))) {
+    return absl::FailedPreconditionError(
+        "ConvTranspose2dBiasGelu: sample signals need group sums and the wgmma kernel");
+  }
   const bool automatic = kernel == ConvTransposeKernel::kAuto;
   const float* tiled_weight = prepared_weight + PaddedK(params) * PaddedN(params);
   if (automatic || kernel == ConvTransposeKernel::kWgmma) {
@@ -690,12 +710,12 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
     }
     if (serves) {
       return conv_wgmma::Launch(params, input, tiled_weight + conv_tiled::PreparedWeightSize(params),
-                                bias, output, num_groups, group_sums, stream);
+                                bias, output, num_groups, group_sums, signals, stream);
     }
-    if (!automatic) {
+    if (!automatic || signals.sample_done != nullptr) {
       return absl::FailedPreconditionError(
-          "ConvTranspose2d wgmma kernel: needs stride 1, tf32, a compute capability 9.0 device "
-          "and shared memory for its stages");
+          "ConvTranspose2d wgmma kernel (the one that gives sample signals): needs stride 1, "
+          "tf32, a compute capability 9.0 device and shared memory for its stages");
     }
   }
   if (automatic || kernel == ConvTransposeKernel::kTiled) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "kernels/cuda/math_mode.h"
 
 namespace fuseserve::cuda {
@@ -54,6 +55,19 @@ int64_t PreparedConvTransposeWeightSize(const ConvTranspose2dParams& params, Mat
 absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, MathMode mode,
                                         const float* weight, float* prepared);
 
+// Progress reports of a convolution to a kernel that runs beside it.
+struct ConvSampleSignals {
+  // [batch] counters, zeroed by the caller; sample n's reaches
+  // ConvTranspose2dSignalsPerSample once every output value of the sample
+  // and its group sums are written (incremented with release semantics at
+  // GPU scope). Null: no signals.
+  unsigned* sample_done = nullptr;
+  // Multiprocessors the convolution leaves to the kernel launched after it
+  // (with programmatic dependent launch, which the convolution allows as
+  // soon as each of its blocks runs).
+  int free_multiprocessors = 0;
+};
+
 // output = GELU(conv_transpose(input) + bias) [N, C_out, H_out, W_out];
 // bias may be null (0). prepared_weight must be 16-byte aligned (cudaMalloc
 // memory is); input and output need only float alignment. Stride 1 runs on
@@ -64,10 +78,24 @@ absl::Status PrepareConvTransposeWeight(const ConvTranspose2dParams& params, Mat
 // squares of the output into group_sums (2 * batch * num_groups doubles,
 // zeroed by the caller; num_groups must divide out_channels); when it is
 // null, num_groups is ignored.
+//
+// With signals.sample_done (which only the wgmma kernel gives: see
+// ConvTranspose2dGivesSampleSignals; FailedPrecondition otherwise) the
+// convolution reports each sample's completion to a kernel launched right
+// after it that runs beside it (group_norm_concurrent.h).
 absl::Status ConvTranspose2dBiasGelu(const ConvTranspose2dParams& params, MathMode mode,
                                      const float* input, const float* prepared_weight,
                                      const float* bias, float* output, int64_t num_groups,
-                                     double* group_sums, cudaStream_t stream);
+                                     double* group_sums, cudaStream_t stream,
+                                     const ConvSampleSignals& signals = {});
+
+// Whether ConvTranspose2dBiasGelu runs these arguments on the wgmma kernel
+// here, the one that gives sample signals.
+absl::StatusOr<bool> ConvTranspose2dGivesSampleSignals(const ConvTranspose2dParams& params,
+                                                       MathMode mode);
+
+// The count a sample's signal reaches once the sample is written.
+int64_t ConvTranspose2dSignalsPerSample(const ConvTranspose2dParams& params);
 
 // The kernels behind ConvTranspose2dBiasGelu, which picks the first that
 // serves the call (kAuto):
@@ -86,6 +114,7 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
                                        const ConvTranspose2dParams& params, MathMode mode,
                                        const float* input, const float* prepared_weight,
                                        const float* bias, float* output, int64_t num_groups,
-                                       double* group_sums, cudaStream_t stream);
+                                       double* group_sums, cudaStream_t stream,
+                                       const ConvSampleSignals& signals = {});
 
 }  // namespace fuseserve::cuda

@@ -8,6 +8,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/hopper.cuh"
 
 // A stride-1 transposed convolution is a correlation of the input with the
@@ -33,7 +34,11 @@
 //    256 of the tile's pixels, one m64n256k8 wgmma per tap per chunk, the
 //    accumulators in registers (128 per thread), releasing each stage once
 //    the wgmmas that read it are done; then the epilogue adds the bias,
-//    applies GELU, stores the kept pixels and adds the GroupNorm sums.
+//    applies GELU, stores the kept pixels and adds the GroupNorm sums;
+//    with sample signals (RunConvFamily's concurrent GroupNorm), each
+//    warpgroup then counts the tile into its sample's signal (release), and
+//    the grid, one block per multiprocessor it is given, lets the next
+//    kernel start as soon as every block runs.
 //
 // The input enters the tensor cores as float32, which wgmma reads as TF32 by
 // dropping the low 13 mantissa bits (truncation, as in CUTLASS's and
@@ -219,7 +224,8 @@ template <int kKernel>
 __global__ void __launch_bounds__(kThreads, 1)
     ConvTransposeWgmmaTf32(Geometry g, const float* __restrict__ input,
                            const float* __restrict__ weight, const float* __restrict__ bias,
-                           float* __restrict__ output, double* __restrict__ group_sums) {
+                           float* __restrict__ output, double* __restrict__ group_sums,
+                           unsigned* __restrict__ sample_done) {
   extern __shared__ __align__(128) unsigned char smem[];
 #if !FUSESERVE_HOPPER_DEVICE
   // Built for a target without wgmma (the helpers compile to nothing there):
@@ -247,6 +253,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::MbarrierInit(&empty[s], kConsumerWarps);
     }
     hopper::FenceMbarrierInit();
+    // The kernel that reads the sample signals may start now (it keeps to
+    // the multiprocessors this grid leaves free).
+    if (sample_done != nullptr) gpu_scope::LaunchDependents();
   }
   __syncthreads();
 
@@ -392,6 +401,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
   int it = 0;
+  // The sample of this warpgroup's last tile, whose completion it has yet to
+  // signal (-1: none). Signalled one tile late, after the next tile's
+  // mainloop: by then the tile's stores have had a whole mainloop to land,
+  // so the release fence has little left to wait for.
+  int64_t unsignalled_sample = -1;
   for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
     const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
 
@@ -429,8 +443,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) hopper::MbarrierArrive(&empty[previous_stage]);
 
     // ---- epilogue ----
-    // The previous tile's flush has read this warpgroup's row slots.
+    // The previous tile's flush has read this warpgroup's row slots, and its
+    // outputs and sums are written.
     hopper::NamedBarrier(kFirstEpilogueBarrier + consumer, kConsumerThreads);
+    if (sample_done != nullptr && consumer_thread == 0 && unsignalled_sample >= 0) {
+      gpu_scope::IncrementRelease(sample_done + unsignalled_sample);
+    }
+    unsignalled_sample = sample;
     const int warp_channel = co_tile * kBlockChannels + 16 * warp_in_group;
     const int rows = min(kStagingRows, g.out_channels - warp_channel);
     // The thread's accumulator rows are channels warp_channel + lane / 4 + 8 h.
@@ -514,6 +533,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if (sample_done != nullptr && unsignalled_sample >= 0) {
+    hopper::NamedBarrier(kFirstEpilogueBarrier + consumer, kConsumerThreads);
+    if (consumer_thread == 0) gpu_scope::IncrementRelease(sample_done + unsignalled_sample);
+  }
 }
 
 }  // namespace
@@ -561,9 +584,18 @@ int64_t SharedMemoryBytes(const ConvTranspose2dParams& params, int stages) {
   return stages * StageBytes(params) + kStagingBytes + kRowSlotBytes + kBarrierBytes;
 }
 
+int64_t SignalsPerSample(const ConvTranspose2dParams& params) {
+  const int64_t q_tiles =
+      RoundUp(OutHeight(params) * (OutWidth(params) + params.kernel_size - 1), kTilePixels) /
+      kTilePixels;
+  return RoundUp(params.out_channels, kBlockChannels) / kBlockChannels * q_tiles *
+         kConsumerWarpgroups;
+}
+
 absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
                     const float* prepared_weight, const float* bias, float* output,
-                    int64_t num_groups, double* group_sums, cudaStream_t stream) {
+                    int64_t num_groups, double* group_sums, const ConvSampleSignals& signals,
+                    cudaStream_t stream) {
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   int shared_limit = 0;
@@ -608,10 +640,12 @@ absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
   auto* kernel = params.kernel_size == 3 ? ConvTransposeWgmmaTf32<3> : ConvTransposeWgmmaTf32<0>;
   RETURN_IF_CUDA_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic_bytes));
-  const unsigned blocks =
-      static_cast<unsigned>(std::min<int64_t>(g.num_tiles, static_cast<int64_t>(multiprocessors)));
+  const int busy_multiprocessors =
+      std::max(1, multiprocessors - std::max(0, signals.free_multiprocessors));
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<int64_t>(g.num_tiles, static_cast<int64_t>(busy_multiprocessors)));
   kernel<<<blocks, kThreads, dynamic_bytes, stream>>>(g, input, prepared_weight, bias, output,
-                                                      group_sums);
+                                                      group_sums, signals.sample_done);
   RETURN_IF_CUDA_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }

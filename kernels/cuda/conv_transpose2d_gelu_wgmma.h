@@ -51,13 +51,18 @@ int64_t WeightIndex(const ConvTranspose2dParams& params, int64_t ci, int64_t co,
 // Bytes of shared memory per block with `stages` pipeline stages.
 int64_t SharedMemoryBytes(const ConvTranspose2dParams& params, int stages);
 
-// Launches on `stream` with as many stages (up to 4) as fit the device;
-// arguments as ConvTranspose2dBiasGelu's, already validated by it, with
-// prepared_weight pointing at this layout (16-byte aligned). Input and
-// output need only float alignment. Preconditions: Supports,
-// AvailableOnCurrentDevice.
+// The count each sample's signal reaches (ConvSampleSignals): one per
+// consumer warpgroup per tile of the sample.
+int64_t SignalsPerSample(const ConvTranspose2dParams& params);
+
+// Launches on `stream` with as many stages (up to 4) as fit the device, one
+// block per multiprocessor less signals.free_multiprocessors; arguments as
+// ConvTranspose2dBiasGelu's, already validated by it, with prepared_weight
+// pointing at this layout (16-byte aligned). Input and output need only
+// float alignment. Preconditions: Supports, AvailableOnCurrentDevice.
 absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
                     const float* prepared_weight, const float* bias, float* output,
-                    int64_t num_groups, double* group_sums, cudaStream_t stream);
+                    int64_t num_groups, double* group_sums, const ConvSampleSignals& signals,
+                    cudaStream_t stream);
 
 }  // namespace fuseserve::cuda::conv_wgmma

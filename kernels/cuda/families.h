@@ -21,11 +21,31 @@
 namespace fuseserve::cuda {
 
 // convtranspose_gelu_groupnorm
+//
+// Where the GroupNorm runs. kAfter: a pass over the convolution's output
+// once the convolution has finished (GroupNormApply). kConcurrent: beside
+// the convolution, on multiprocessors it leaves free, each sample as soon as
+// the convolution has written it (group_norm_concurrent.h); needs the wgmma
+// convolution (ConvTranspose2dGivesSampleSignals) and
+// GroupNormConcurrentSupports. kAuto: kConcurrent where it serves and the
+// batch is at least kMinConcurrentGroupNormBatch, kAfter otherwise. Both give
+// bitwise the same output.
+enum class ConvGroupNormSchedule { kAuto, kAfter, kConcurrent };
+struct ConvFamilyOptions {
+  ConvGroupNormSchedule schedule = ConvGroupNormSchedule::kAuto;
+  // kConcurrent: multiprocessors the convolution leaves to the GroupNorm;
+  // 0: kDefaultGroupNormMultiprocessors.
+  int group_norm_multiprocessors = 0;
+};
+inline constexpr int64_t kMinConcurrentGroupNormBatch = 8;
+inline constexpr int kDefaultGroupNormMultiprocessors = 16;
+
 struct ConvFamilyParams {
   ConvTranspose2dParams conv;
   int64_t num_groups = 0;
   float eps = 1e-5f;
   MathMode mode = MathMode::kTf32;
+  ConvFamilyOptions options;  // kAuto unless a benchmark or test pins one
 };
 struct ConvFamilyWeights {
   const float* prepared_weight = nullptr;  // PrepareConvTransposeWeight layout

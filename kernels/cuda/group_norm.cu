@@ -52,9 +52,10 @@ using group_norm_detail::kChunkElements;
 using group_norm_detail::kThreads;
 using group_norm_detail::kVectorsPerThread;
 using group_norm_detail::LoadOr;
-using group_norm_detail::Normalize4;
+using group_norm_detail::NormalizeChunk;
 using group_norm_detail::PackStats;
 using group_norm_detail::Prologue;
+using group_norm_detail::StatsFromSums;
 
 // GroupStatsKernel: one warp per group.
 constexpr int kStatsThreads = 256;
@@ -136,13 +137,8 @@ struct StatsSource {
   const double* sums = nullptr;   // GroupNormApply: (sum, sum of squares) pairs
 };
 
-// output = ((prologue(input) - mean_hi) - mean_lo) * (rstd * weight[c]) +
-// bias[c] over one chunk of one group. output may equal input (each element
-// is read and then written by the same thread), so the input is read with
-// ordinary loads, not through the read-only cache. Vectorised when
-// `vectorized`: input and output are 16-byte aligned and spatial_size is a
-// multiple of 4 (a float4 then lies in one channel and every chunk boundary
-// is float4-aligned).
+// One block per chunk: NormalizeChunk with the group's (mean, rstd) from
+// `source`.
 template <bool kGelu>
 __global__ void __launch_bounds__(kThreads)
     NormalizeKernel(const float* input, const float* __restrict__ weight,
@@ -152,66 +148,16 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t block = blockIdx.x;
   const int64_t group = block / chunks_per_group;
   const int64_t chunk = block - group * chunks_per_group;
-  const int64_t group_size = channels_per_group * spatial_size;
-  const int64_t first_channel = (group % num_groups) * channels_per_group;
 
   __shared__ float4 group_stats;
   if (threadIdx.x == 0) {
-    if (source.stats != nullptr) {
-      group_stats = source.stats[group];
-    } else {
-      const double count = static_cast<double>(group_size);
-      const double mean = source.sums[2 * group] / count;
-      const double variance = ClampVariance(source.sums[2 * group + 1] / count - mean * mean);
-      group_stats = PackStats(mean, variance, eps);
-    }
+    group_stats = source.stats != nullptr
+                      ? source.stats[group]
+                      : StatsFromSums(source.sums, group, channels_per_group * spatial_size, eps);
   }
   __syncthreads();
-  const float mean_hi = group_stats.x;
-  const float mean_lo = group_stats.y;
-  const float rstd = group_stats.z;
-
-  // Channel of an element at `offset` within the group; 32-bit division
-  // whenever the group allows it (a 64-bit division is several times longer).
-  const bool narrow = group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
-  auto channel_of = [&](int64_t offset) -> int64_t {
-    if (narrow) {
-      return first_channel + static_cast<uint32_t>(offset) / static_cast<uint32_t>(spatial_size);
-    }
-    return first_channel + offset / spatial_size;
-  };
-
-  const int64_t begin = chunk * kChunkElements;
-  const int64_t end = min(begin + kChunkElements, group_size);
-  const int64_t base = group * group_size;
-  if (vectorized) {
-    const float4* in = reinterpret_cast<const float4*>(input + base + begin);
-    float4* out = reinterpret_cast<float4*>(output + base + begin);
-    const int count = static_cast<int>((end - begin) / 4);
-    float4 loaded[kVectorsPerThread];
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) loaded[i] = in[index];
-    }
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) {
-        const int64_t channel = channel_of(begin + int64_t{index} * 4);
-        const float scale = rstd * LoadOr(weight, channel, 1.0f);
-        const float shift = LoadOr(bias, channel, 0.0f);
-        __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, shift));
-      }
-    }
-  } else {
-    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-      const int64_t channel = channel_of(i);
-      const float scale = rstd * LoadOr(weight, channel, 1.0f);
-      const float v = Prologue<kGelu>(input[base + i]);
-      output[base + i] = fmaf((v - mean_hi) - mean_lo, scale, LoadOr(bias, channel, 0.0f));
-    }
-  }
+  NormalizeChunk<kGelu>(input, weight, bias, group_stats, group, chunk, num_groups,
+                        channels_per_group, spatial_size, vectorized, output);
 }
 
 template <typename Kernel, typename... Args>

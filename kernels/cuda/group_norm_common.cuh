@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/gelu.cuh"
@@ -91,6 +92,80 @@ __device__ __forceinline__ float4 Normalize4(float4 v, float mean_hi, float mean
   v.z = fmaf((Prologue<kGelu>(v.z) - mean_hi) - mean_lo, scale, shift);
   v.w = fmaf((Prologue<kGelu>(v.w) - mean_hi) - mean_lo, scale, shift);
   return v;
+}
+
+// A group's statistics from a producer's (sum, sum of squares) in double
+// (group_norm.h GroupNormApply): group_sums[2 group], [2 group + 1] over
+// `count` values.
+__device__ __forceinline__ float4 StatsFromSums(const double* group_sums, int64_t group,
+                                                int64_t count, float eps) {
+  const double n = static_cast<double>(count);
+  const double mean = group_sums[2 * group] / n;
+  const double variance = ClampVariance(group_sums[2 * group + 1] / n - mean * mean);
+  return PackStats(mean, variance, eps);
+}
+
+// output = ((prologue(input) - mean_hi) - mean_lo) * (rstd * weight[c]) +
+// bias[c] over chunk `chunk` of (sample, group) slab `group` (n * num_groups
+// + g), by the kThreads threads of a block, with the group's `stats`
+// (PackStats). output may equal input (each element is read and then
+// written by the same thread), so the input is read with ordinary loads,
+// not through the read-only cache. Vectorised when `vectorized`: input and
+// output are 16-byte aligned and spatial_size is a multiple of 4 (a float4
+// then lies in one channel and every chunk boundary is float4-aligned).
+template <bool kGelu>
+__device__ __forceinline__ void NormalizeChunk(const float* input, const float* __restrict__ weight,
+                                               const float* __restrict__ bias, float4 stats,
+                                               int64_t group, int64_t chunk, int64_t num_groups,
+                                               int64_t channels_per_group, int64_t spatial_size,
+                                               bool vectorized, float* output) {
+  const int64_t group_size = channels_per_group * spatial_size;
+  const int64_t first_channel = (group % num_groups) * channels_per_group;
+  const float mean_hi = stats.x;
+  const float mean_lo = stats.y;
+  const float rstd = stats.z;
+
+  // Channel of an element at `offset` within the group; 32-bit division
+  // whenever the group allows it (a 64-bit division is several times longer).
+  const bool narrow = group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
+  auto channel_of = [&](int64_t offset) -> int64_t {
+    if (narrow) {
+      return first_channel + static_cast<uint32_t>(offset) / static_cast<uint32_t>(spatial_size);
+    }
+    return first_channel + offset / spatial_size;
+  };
+
+  const int64_t begin = chunk * kChunkElements;
+  const int64_t end = min(begin + kChunkElements, group_size);
+  const int64_t base = group * group_size;
+  if (vectorized) {
+    const float4* in = reinterpret_cast<const float4*>(input + base + begin);
+    float4* out = reinterpret_cast<float4*>(output + base + begin);
+    const int count = static_cast<int>((end - begin) / 4);
+    float4 loaded[kVectorsPerThread];
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) loaded[i] = in[index];
+    }
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) {
+        const int64_t channel = channel_of(begin + int64_t{index} * 4);
+        const float scale = rstd * LoadOr(weight, channel, 1.0f);
+        const float shift = LoadOr(bias, channel, 0.0f);
+        __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, shift));
+      }
+    }
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+      const int64_t channel = channel_of(i);
+      const float scale = rstd * LoadOr(weight, channel, 1.0f);
+      const float v = Prologue<kGelu>(input[base + i]);
+      output[base + i] = fmaf((v - mean_hi) - mean_lo, scale, LoadOr(bias, channel, 0.0f));
+    }
+  }
 }
 
 }  // namespace fuseserve::cuda::group_norm_detail

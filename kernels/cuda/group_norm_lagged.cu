@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
 #include "kernels/cuda/group_norm_lagged.h"
 
@@ -45,6 +46,9 @@
 namespace fuseserve::cuda::group_norm_detail {
 namespace {
 
+using gpu_scope::LoadAcquire;
+using gpu_scope::StoreRelease;
+
 // Past one group's chunks, how many more tickets the lag spans by default:
 // 4 MiB of chunks. Measured on an H200 at the reference shape (one group is
 // 256 chunks): lags of 288 / 384 / 512 / 768 chunks ran 5.15 / 5.00 / 5.50
@@ -73,16 +77,6 @@ LaggedLayout Layout(const GroupNormParams& p) {
   layout.counters_bytes = RoundUp16((2 * groups + 1) * 4);
   layout.total_bytes = layout.counters_offset + layout.counters_bytes;
   return layout;
-}
-
-__device__ __forceinline__ int LoadAcquire(const int* flag) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
-  return value;
-}
-
-__device__ __forceinline__ void StoreRelease(int* flag, int value) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
 }
 
 struct LaggedArgs {

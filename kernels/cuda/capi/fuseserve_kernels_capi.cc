@@ -58,6 +58,16 @@ fuseserve::cuda::ConvFamilyParams ConvParams(int64_t batch, int64_t in_channels,
   return params;
 }
 
+// 0 auto, 1 after the convolution, 2 concurrent (families.h
+// ConvGroupNormSchedule).
+fuseserve::cuda::ConvGroupNormSchedule GroupNormScheduleOf(int64_t schedule) {
+  switch (schedule) {
+    case 1: return fuseserve::cuda::ConvGroupNormSchedule::kAfter;
+    case 2: return fuseserve::cuda::ConvGroupNormSchedule::kConcurrent;
+    default: return fuseserve::cuda::ConvGroupNormSchedule::kAuto;
+  }
+}
+
 fuseserve::cuda::LinearOptions LinearOptionsOf(int64_t algorithm, int64_t tf32x3_slices) {
   fuseserve::cuda::LinearOptions options;
   switch (algorithm) {
@@ -104,12 +114,16 @@ int fs_conv_family(int64_t batch, int64_t in_channels, int64_t out_channels, int
                    int64_t output_padding, int64_t num_groups, double eps, int64_t tf32,
                    const float* input, const float* prepared_weight, const float* bias,
                    const float* gn_weight, const float* gn_bias, float* output, void* workspace,
-                   void* stream, char* error, int64_t error_size) {
+                   void* stream, char* error, int64_t error_size, int64_t group_norm_schedule,
+                   int64_t group_norm_multiprocessors) {
   const fuseserve::cuda::ConvFamilyWeights weights{prepared_weight, bias, gn_weight, gn_bias};
-  return Report(fuseserve::cuda::RunConvFamily(
-                    ConvParams(batch, in_channels, out_channels, height, width, kernel_size,
-                               stride, padding, output_padding, num_groups, eps, tf32),
-                    weights, input, output, workspace, static_cast<cudaStream_t>(stream)),
+  fuseserve::cuda::ConvFamilyParams params =
+      ConvParams(batch, in_channels, out_channels, height, width, kernel_size, stride, padding,
+                 output_padding, num_groups, eps, tf32);
+  params.options.schedule = GroupNormScheduleOf(group_norm_schedule);
+  params.options.group_norm_multiprocessors = static_cast<int>(group_norm_multiprocessors);
+  return Report(fuseserve::cuda::RunConvFamily(params, weights, input, output, workspace,
+                                               static_cast<cudaStream_t>(stream)),
                 error, error_size);
 }
 

@@ -23,8 +23,9 @@ namespace fuseserve::cuda {
 inline void FinishUploads() { EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
 // A device copy of `host`.
-inline DeviceBuffer ToDevice(const std::vector<float>& host) {
-  auto buffer = DeviceBuffer::Allocate(host.size() * sizeof(float));
+template <typename T>
+DeviceBuffer ToDevice(const std::vector<T>& host) {
+  auto buffer = DeviceBuffer::Allocate(host.size() * sizeof(T));
   EXPECT_TRUE(buffer.ok()) << buffer.status();
   if (!buffer.ok()) return DeviceBuffer();
   EXPECT_EQ(cudaMemcpy(buffer->data(), host.data(), buffer->bytes(), cudaMemcpyHostToDevice),

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -338,6 +340,121 @@ TEST_F(CudaFamiliesTest, ConvFamilyMatchesFloat64Reference) {
   }
 }
 
+// The GroupNorm beside the convolution (kConcurrent) gives bitwise the
+// GroupNorm after it (kAfter), whatever the multiprocessors left to it: one,
+// the default, all but one (the convolution on one), more than the device has
+// (clamped), and with several tiles per sample. kAuto at a batch of at least
+// kMinConcurrentGroupNormBatch picks it, and matches too.
+TEST_F(CudaFamiliesTest, ConvFamilyConcurrentGroupNormMatchesTheSeparatePassBitwise) {
+  ConvFamilyParams p;
+  p.conv.in_channels = 8;
+  p.conv.out_channels = 64;
+  p.conv.kernel_size = 3;
+  p.num_groups = 8;
+  p.conv.batch = 1;
+  p.conv.in_height = p.conv.in_width = 30;  // any size the shapes below share an answer with
+  const absl::StatusOr<bool> gives = ConvTranspose2dGivesSampleSignals(p.conv, p.mode);
+  ASSERT_TRUE(gives.ok()) << gives.status();
+  if (!*gives) GTEST_SKIP() << "needs the wgmma convolution (Hopper)";
+  int multiprocessors = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0),
+            cudaSuccess);
+  struct Shape {
+    int64_t batch, height, width;
+  };
+  uint64_t seed = 900;
+  // 32 x 32 outputs: 3 tiles of 512 grid pixels per sample; 12 x 10 -> 14 x 12.
+  for (const Shape& s : std::vector<Shape>{{9, 30, 30}, {8, 12, 10}}) {
+    p.conv.batch = s.batch;
+    p.conv.in_height = s.height;
+    p.conv.in_width = s.width;
+    const int64_t out_count = s.batch * 64 * (s.height + 2) * (s.width + 2);
+    const std::vector<float> input =
+        reference::RandomNormal(s.batch * 8 * s.height * s.width, seed);
+    const std::vector<float> weight = reference::RandomUniform(8 * 64 * 9, seed + 1, -0.1f, 0.1f);
+    const std::vector<float> conv_bias = reference::RandomNormal(64, seed + 2);
+    const std::vector<float> gn_weight = reference::RandomUniform(64, seed + 3, 0.5f, 1.5f);
+    const std::vector<float> gn_bias = reference::RandomNormal(64, seed + 4);
+    seed += 5;
+    std::vector<float> prepared(PreparedConvTransposeWeightSize(p.conv, p.mode));
+    ASSERT_TRUE(PrepareConvTransposeWeight(p.conv, p.mode, weight.data(), prepared.data()).ok());
+    DeviceBuffer d_input = ToDevice(input);
+    DeviceBuffer d_prepared = ToDevice(prepared);
+    DeviceBuffer d_bias = ToDevice(conv_bias);
+    DeviceBuffer d_gn_weight = ToDevice(gn_weight);
+    DeviceBuffer d_gn_bias = ToDevice(gn_bias);
+    ConvFamilyWeights w;
+    w.prepared_weight = d_prepared.as<float>();
+    w.bias = d_bias.as<float>();
+    w.gn_weight = d_gn_weight.as<float>();
+    w.gn_bias = d_gn_bias.as<float>();
+    auto run = [&](ConvGroupNormSchedule schedule, int group_norm_multiprocessors) {
+      ConvFamilyParams q = p;
+      q.options.schedule = schedule;
+      q.options.group_norm_multiprocessors = group_norm_multiprocessors;
+      DeviceBuffer d_output = PoisonedDevice(out_count);
+      auto workspace = DeviceBuffer::Allocate(ConvFamilyWorkspaceBytes(q));
+      EXPECT_TRUE(workspace.ok());
+      if (!workspace.ok()) return std::vector<float>();
+      // Garbage in the workspace: the signals must be zeroed by the run.
+      EXPECT_EQ(cudaMemset(workspace->data(), 0x7F, workspace->bytes()), cudaSuccess);
+      FinishUploads();
+      const absl::Status status = RunConvFamily(q, w, d_input.as<float>(), d_output.as<float>(),
+                                                workspace->data(), stream_.get());
+      EXPECT_TRUE(status.ok()) << status;
+      EXPECT_TRUE(stream_.Synchronize().ok());
+      return ToHost(d_output, out_count);
+    };
+    const std::vector<float> after = run(ConvGroupNormSchedule::kAfter, 0);
+    // Captured into a CUDA graph (as the GPU instances replay each batch
+    // size; the capture keeps the programmatic launch) and replayed twice.
+    {
+      SCOPED_TRACE("CUDA graph");
+      ConvFamilyParams q = p;
+      q.options.schedule = ConvGroupNormSchedule::kConcurrent;
+      DeviceBuffer d_output = PoisonedDevice(out_count);
+      auto workspace = DeviceBuffer::Allocate(ConvFamilyWorkspaceBytes(q));
+      ASSERT_TRUE(workspace.ok());
+      cudaGraph_t graph = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal),
+                cudaSuccess);
+      const absl::Status status = RunConvFamily(q, w, d_input.as<float>(), d_output.as<float>(),
+                                                workspace->data(), stream_.get());
+      ASSERT_EQ(cudaStreamEndCapture(stream_.get(), &graph), cudaSuccess);
+      ASSERT_TRUE(status.ok()) << status;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int replay = 0; replay < 2; ++replay) {
+        ASSERT_EQ(cudaMemset(d_output.data(), 0xFF, d_output.bytes()), cudaSuccess);
+        FinishUploads();
+        ASSERT_EQ(cudaGraphLaunch(exec, stream_.get()), cudaSuccess);
+        ASSERT_TRUE(stream_.Synchronize().ok());
+        const std::vector<float> got = ToHost(d_output, out_count);
+        EXPECT_EQ(std::memcmp(got.data(), after.data(), after.size() * sizeof(float)), 0)
+            << "replay " << replay;
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    }
+    for (const auto& [schedule, sms] : std::vector<std::pair<ConvGroupNormSchedule, int>>{
+             {ConvGroupNormSchedule::kConcurrent, 1},
+             {ConvGroupNormSchedule::kConcurrent, 0},
+             {ConvGroupNormSchedule::kConcurrent, multiprocessors - 1},
+             {ConvGroupNormSchedule::kConcurrent, multiprocessors + 10},
+             {ConvGroupNormSchedule::kAuto, 0}}) {
+      SCOPED_TRACE(absl::StrCat("N=", s.batch, " ", s.height, "x", s.width, " schedule ",
+                                static_cast<int>(schedule), " sms ", sms));
+      const std::vector<float> got = run(schedule, sms);
+      ASSERT_EQ(got.size(), after.size());
+      int64_t mismatches = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::memcmp(&got[i], &after[i], sizeof(float)) != 0) ++mismatches;
+      }
+      EXPECT_EQ(mismatches, 0);
+    }
+  }
+}
+
 TEST(CudaFamiliesValidationTest, RejectsMismatchedOrInvalidShapesBeforeAnyWork) {
   GemmFamilyParams gemm = MakeGemmParams(4, 16, 32, 4, MathMode::kFp32);
   gemm.epilogue.channels = 16;
@@ -357,10 +474,26 @@ TEST(CudaFamiliesValidationTest, RejectsMismatchedOrInvalidShapesBeforeAnyWork) 
   conv.conv.in_width = 5;
   conv.conv.kernel_size = 3;
   conv.num_groups = 3;
-  EXPECT_EQ(ConvFamilyWorkspaceBytes(conv), 2 * 2 * 3 * sizeof(double));
+  // The sums (2 x 2 x 3 doubles), 2 sample signals (16 bytes rounded up),
+  // 16 bytes of the concurrent GroupNorm's scratch.
+  EXPECT_EQ(ConvFamilyWorkspaceBytes(conv), 2 * 2 * 3 * sizeof(double) + 16 + 16);
   conv.num_groups = 4;
   EXPECT_EQ(ConvFamilyWorkspaceBytes(conv), 0u);
   EXPECT_EQ(RunConvFamily(conv, ConvFamilyWeights{}, nullptr, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // A pinned concurrent GroupNorm where the convolution cannot give sample
+  // signals (stride 2: not the wgmma kernel), and a negative multiprocessor
+  // count: both refused before any work.
+  conv.num_groups = 3;
+  float dummy = 0.0f;
+  conv.conv.stride = 2;
+  conv.options.schedule = ConvGroupNormSchedule::kConcurrent;
+  EXPECT_EQ(RunConvFamily(conv, ConvFamilyWeights{}, &dummy, &dummy, &dummy, nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  conv.conv.stride = 1;
+  conv.options.group_norm_multiprocessors = -1;
+  EXPECT_EQ(RunConvFamily(conv, ConvFamilyWeights{}, &dummy, &dummy, &dummy, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
 
   GroupNormParams gn;
