@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -340,6 +342,15 @@ TEST_F(CudaFamiliesTest, ConvFamilyMatchesFloat64Reference) {
   }
 }
 
+struct GraphDeleter {
+  void operator()(cudaGraph_t graph) const { cudaGraphDestroy(graph); }
+};
+struct GraphExecDeleter {
+  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+};
+using GraphPtr = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
+using GraphExecPtr = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
+
 // The GroupNorm beside the convolution (kConcurrent) gives bitwise the
 // GroupNorm after it (kAfter), whatever the multiprocessors left to it: one,
 // the default, all but one (the convolution on one), more than the device has
@@ -421,9 +432,11 @@ TEST_F(CudaFamiliesTest, ConvFamilyConcurrentGroupNormMatchesTheSeparatePassBitw
       const absl::Status status = RunConvFamily(q, w, d_input.as<float>(), d_output.as<float>(),
                                                 workspace->data(), stream_.get());
       ASSERT_EQ(cudaStreamEndCapture(stream_.get(), &graph), cudaSuccess);
+      const GraphPtr graph_owner(graph);
       ASSERT_TRUE(status.ok()) << status;
       cudaGraphExec_t exec = nullptr;
       ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      const GraphExecPtr exec_owner(exec);
       for (int replay = 0; replay < 2; ++replay) {
         ASSERT_EQ(cudaMemset(d_output.data(), 0xFF, d_output.bytes()), cudaSuccess);
         FinishUploads();
@@ -433,8 +446,6 @@ TEST_F(CudaFamiliesTest, ConvFamilyConcurrentGroupNormMatchesTheSeparatePassBitw
         EXPECT_EQ(std::memcmp(got.data(), after.data(), after.size() * sizeof(float)), 0)
             << "replay " << replay;
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
     }
     for (const auto& [schedule, sms] : std::vector<std::pair<ConvGroupNormSchedule, int>>{
              {ConvGroupNormSchedule::kConcurrent, 1},
