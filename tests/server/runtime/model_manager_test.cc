@@ -139,6 +139,13 @@ class ModelManagerTest : public ::testing::Test {
     ASSERT_TRUE(status.ok()) << status;
   }
 
+  // A groupnorm model `name` with version 1: GroupNormConfig(name, extra) and
+  // its weights.
+  void WriteGroupNormModel(const std::string& name, const std::string& extra = "") {
+    WriteFile(name + "/config.pbtxt", GroupNormConfig(name, extra));
+    WriteWeights(name + "/1/model.safetensors", GroupNormWeights());
+  }
+
   // Models that fail to load, each for a different reason.
   void AddBrokenModels() {
     WriteWeights("no_config/1/model.safetensors", GroupNormWeights());
@@ -151,22 +158,16 @@ class ModelManagerTest : public ::testing::Test {
     WriteFile("missing_tensor/config.pbtxt", GroupNormConfig("missing_tensor"));
     WriteWeights("missing_tensor/1/model.safetensors", {GroupNormWeights()[0]});
 
-    WriteFile("gpu_only/config.pbtxt",
-              GroupNormConfig("gpu_only", "instance_group [ { count: 1, kind: KIND_GPU } ]\n"));
-    WriteWeights("gpu_only/1/model.safetensors", GroupNormWeights());
+    WriteGroupNormModel("gpu_only", "instance_group [ { count: 1, kind: KIND_GPU } ]\n");
   }
 
   // "two_versions": versions 1 and 2 both load. "newer_broken": version 1
   // loads, version 2 lacks gn.bias.
   void AddVersionedModels() {
-    WriteFile("two_versions/config.pbtxt",
-              GroupNormConfig("two_versions", "version_policy: { all: {} }\n"));
-    WriteWeights("two_versions/1/model.safetensors", GroupNormWeights());
+    WriteGroupNormModel("two_versions", "version_policy: { all: {} }\n");
     WriteWeights("two_versions/2/model.safetensors", GroupNormWeights());
 
-    WriteFile("newer_broken/config.pbtxt",
-              GroupNormConfig("newer_broken", "version_policy: { all: {} }\n"));
-    WriteWeights("newer_broken/1/model.safetensors", GroupNormWeights());
+    WriteGroupNormModel("newer_broken", "version_policy: { all: {} }\n");
     WriteWeights("newer_broken/2/model.safetensors", {GroupNormWeights()[0]});
   }
 
@@ -216,12 +217,8 @@ TEST_F(ModelManagerTest, LoadsEveryWorkingModelOnTheCpu) {
 TEST_F(ModelManagerTest, AcceptsTritonsCudaGraphsSetting) {
   // Triton's optimization { cuda { graphs } } field: accepted either way (it
   // only changes how GPU instances launch) and served back as given.
-  WriteFile("graphs_off/config.pbtxt",
-            GroupNormConfig("graphs_off", "optimization { cuda { graphs: false } }\n"));
-  WriteWeights("graphs_off/1/model.safetensors", GroupNormWeights());
-  WriteFile("graphs_on/config.pbtxt",
-            GroupNormConfig("graphs_on", "optimization { cuda { graphs: true } }\n"));
-  WriteWeights("graphs_on/1/model.safetensors", GroupNormWeights());
+  WriteGroupNormModel("graphs_off", "optimization { cuda { graphs: false } }\n");
+  WriteGroupNormModel("graphs_on", "optimization { cuda { graphs: true } }\n");
   Load();
   const ModelVersionRecord* off = MustFind("graphs_off", "");
   const ModelVersionRecord* on = MustFind("graphs_on", "");
@@ -248,11 +245,8 @@ TEST_F(ModelManagerTest, DefaultRepositoryModelsSpinOnTheirGpuEvents) {
 TEST_F(ModelManagerTest, AcceptsTritonsBusyWaitEventsSetting) {
   // optimization { cuda { busy_wait_events } }: how GPU instances wait for a
   // batch; accepted either way and served back as given (false when absent).
-  WriteFile("spin/config.pbtxt",
-            GroupNormConfig("spin", "optimization { cuda { busy_wait_events: true } }\n"));
-  WriteWeights("spin/1/model.safetensors", GroupNormWeights());
-  WriteFile("block/config.pbtxt", GroupNormConfig("block", ""));
-  WriteWeights("block/1/model.safetensors", GroupNormWeights());
+  WriteGroupNormModel("spin", "optimization { cuda { busy_wait_events: true } }\n");
+  WriteGroupNormModel("block");
   Load();
   const ModelVersionRecord* spin = MustFind("spin", "");
   const ModelVersionRecord* block = MustFind("block", "");
@@ -576,9 +570,7 @@ TEST_F(ModelManagerTestParametersTest, InjectedDeviceErrorFailsTheBatchAndTheMod
 }
 
 TEST_F(ModelManagerTestParametersTest, ExecutionDelayMakesEveryBatchTakeAtLeastThatLong) {
-  WriteFile("slow/config.pbtxt",
-            GroupNormConfig("slow", TestParameter("fuseserve_test_execution_delay_us", "20000")));
-  WriteWeights("slow/1/model.safetensors", GroupNormWeights());
+  WriteGroupNormModel("slow", TestParameter("fuseserve_test_execution_delay_us", "20000"));
   Load();
   absl::StatusOr<const ModelVersionRecord*> record = manager_->FindReady("slow", "");
   ASSERT_TRUE(record.ok()) << record.status();
@@ -593,12 +585,8 @@ TEST_F(ModelManagerTestParametersTest, ExecutionDelayMakesEveryBatchTakeAtLeastT
 }
 
 TEST_F(ModelManagerTestParametersTest, RejectsMalformedTestParameterValues) {
-  WriteFile("bad_fail_batch/config.pbtxt",
-            GroupNormConfig("bad_fail_batch", TestParameter("fuseserve_test_fail_batch", "0")));
-  WriteWeights("bad_fail_batch/1/model.safetensors", GroupNormWeights());
-  WriteFile("bad_delay/config.pbtxt",
-            GroupNormConfig("bad_delay", TestParameter("fuseserve_test_execution_delay_us", "-5")));
-  WriteWeights("bad_delay/1/model.safetensors", GroupNormWeights());
+  WriteGroupNormModel("bad_fail_batch", TestParameter("fuseserve_test_fail_batch", "0"));
+  WriteGroupNormModel("bad_delay", TestParameter("fuseserve_test_execution_delay_us", "-5"));
   Load();
 
   EXPECT_THAT(MustFind("bad_fail_batch", "")->reason(),
