@@ -697,20 +697,24 @@ absl::Status ConvTranspose2dBiasGeluOn(ConvTransposeKernel kernel,
   }
   if (signals.sample_done != nullptr &&
       (group_sums == nullptr ||
-       (kernel != ConvTransposeKernel::kAuto && kernel != ConvTransposeKernel::kWgmma))) {
+       (kernel != ConvTransposeKernel::kAuto && kernel != ConvTransposeKernel::kWgmma &&
+        kernel != ConvTransposeKernel::kWgmmaGathers))) {
     return absl::FailedPreconditionError(
         "ConvTranspose2dBiasGelu: sample signals need group sums and the wgmma kernel");
   }
   const bool automatic = kernel == ConvTransposeKernel::kAuto;
   const float* tiled_weight = prepared_weight + PaddedK(params) * PaddedN(params);
-  if (automatic || kernel == ConvTransposeKernel::kWgmma) {
+  const bool gathers = kernel == ConvTransposeKernel::kWgmmaGathers;
+  if (automatic || kernel == ConvTransposeKernel::kWgmma || gathers) {
     bool serves = HasTensorCoreLayouts(params, mode) && conv_wgmma::Supports(params, mode);
     if (serves) {
       ASSIGN_OR_RETURN(serves, conv_wgmma::AvailableOnCurrentDevice());
     }
     if (serves) {
       return conv_wgmma::Launch(params, input, tiled_weight + conv_tiled::PreparedWeightSize(params),
-                                bias, output, num_groups, group_sums, signals, stream);
+                                bias, output, num_groups, group_sums, signals, stream,
+                                gathers ? conv_wgmma::Producer::kGathers
+                                        : conv_wgmma::Producer::kAuto);
     }
     if (!automatic || signals.sample_done != nullptr) {
       return absl::FailedPreconditionError(

@@ -100,12 +100,16 @@ int64_t ConvTranspose2dSignalsPerSample(const ConvTranspose2dParams& params);
 // The kernels behind ConvTranspose2dBiasGelu, which picks the first that
 // serves the call (kAuto):
 //  kWgmma: stride 1, kTf32, compute capability 9.0 (sm_90a wgmma), its
-//    pipeline stages fit in shared memory;
+//    pipeline stages fit in shared memory; its producer copies whole
+//    16-byte groups of input rows where it can (conv_wgmma::RowCopiesServe,
+//    a 16-byte aligned input), else gathers floats;
+//  kWgmmaGathers: the same kernel with the gathering producer wherever it
+//    serves (not chosen by kAuto; bitwise the same output as kWgmma);
 //  kTiled: stride 1, kTf32, in_width % 4 == 0, its tiles fit in shared
 //    memory (mma.sync, sm_80+);
 //  kImplicitGemm: stride 1, either mode (mma.sync; kFp32 as 3xTF32);
 //  kDirect: any stride, either mode (float32 FFMA).
-enum class ConvTransposeKernel { kAuto, kWgmma, kTiled, kImplicitGemm, kDirect };
+enum class ConvTransposeKernel { kAuto, kWgmma, kWgmmaGathers, kTiled, kImplicitGemm, kDirect };
 
 // ConvTranspose2dBiasGelu on the given kernel, so that tests and benchmarks
 // can run each one wherever it serves the call; FailedPrecondition where it

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gelu.cuh"
@@ -26,10 +27,13 @@
 // channels x 512 grid pixels of one sample):
 //  - warpgroup 0, the producer: for each 8-channel chunk of each tile, wait
 //    for a free stage, bulk-copy the chunk's weights (prepared at load in
-//    wgmma order, TF32-rounded; one thread) and copy the grid pixels
-//    [q0, q0 + L) of the chunk's channels with 4-byte cp.async into shared
-//    memory as [channel quad][pixel][4 channels] (zeros outside the image),
-//    each thread's copies arriving on the stage's full barrier as they land;
+//    wgmma order, TF32-rounded; one thread) and fill the stage with the grid
+//    pixels [q0, q0 + L) of the chunk's channels as [channel quad][pixel][4
+//    channels] (zeros outside the image): by row copies where they serve
+//    (16-byte cp.async of the input rows, transposed in shared memory one
+//    chunk later, ProduceByRowCopies), else by 4-byte cp.async gathers
+//    (ProduceByGathers); then the producer threads arrive on the stage's
+//    full barrier;
 //  - warpgroups 1 and 2, the consumers: each multiplies the 64 channels by
 //    256 of the tile's pixels, one m64n256k8 wgmma per tap per chunk, the
 //    accumulators in registers (128 per thread), releasing each stage once
@@ -59,6 +63,14 @@ constexpr int kProducerStep = 8 * kProducerWarps;
 // Tiles of at most this many steps (spans up to 1152 pixels: the reference
 // shape's is 1056) keep their source offsets in the producer's registers.
 constexpr int kMaxProducerSteps = 36;
+// Row copies (RowCopiesServe): the 16 lanes of a channel copy 16-byte
+// groups of its input rows, 64 grid pixels per step; then the producer
+// transposes the stage in place, one grid pixel per thread per step, so
+// spans of up to kMaxTransposeSteps * 128 pixels.
+constexpr int kRowCopyLanes = 16;
+constexpr int kMaxTransposeSteps = 9;
+constexpr int kMaxRowCopySteps =
+    (kMaxTransposeSteps * kProducerThreads / 4 + 1 + kRowCopyLanes - 1) / kRowCopyLanes;
 constexpr int kConsumerThreads = 128;
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kProducerThreads + kConsumerThreads * kConsumerWarpgroups;
@@ -72,6 +84,11 @@ constexpr int kTapWeightBytes = kBlockChannels * kChunkChannels * 4;
 constexpr int kKHalfBytes = kTapWeightBytes / 2;
 constexpr int kCoreRowBytes = 16;
 constexpr int kCoreMatrixBytes = 8 * kCoreRowBytes;
+// Each channel quad's part of a stage holds the span's pixels x 4 channels
+// and 64 bytes more: row copies land there as 4 raw channel rows of whole
+// 16-byte groups (up to 3 floats before and after the span each) before the
+// in-place transposition.
+constexpr int kQuadSlackBytes = 64;
 // Registers per thread after reallocation (ptxas compiles each role within
 // its share): the consumers hold 128 accumulators (below 208 they spill); a
 // producer cut to 56 reloaded its kernel parameters on every copy (ncu),
@@ -86,6 +103,8 @@ constexpr int kMaxStages = 4;
 // Named barrier kFirstEpilogueBarrier + c: consumer warpgroup c's epilogue
 // (barrier 0 is __syncthreads).
 constexpr int kFirstEpilogueBarrier = 1;
+// Named barrier of the producer warpgroup (row copies).
+constexpr int kProducerBarrier = 3;
 // Epilogue: each consumer warp passes 16 channels x 32 pixels at a time
 // (bias, GELU and statistics already applied in the accumulators' layout)
 // through its own shared rows, so that a warp stores 128 contiguous bytes
@@ -123,8 +142,28 @@ int64_t TileSpan(const ConvTranspose2dParams& p) {
   return RoundUp(kTilePixels + (p.kernel_size - 1) * (padded_width + 1), kProducerStep);
 }
 
+int64_t QuadBytes(const ConvTranspose2dParams& p) {
+  return TileSpan(p) * kCoreRowBytes + kQuadSlackBytes;
+}
+
 int64_t StageBytes(const ConvTranspose2dParams& p) {
-  return 2 * TileSpan(p) * kCoreRowBytes + p.kernel_size * p.kernel_size * kTapWeightBytes;
+  return 2 * QuadBytes(p) + p.kernel_size * p.kernel_size * kTapWeightBytes;
+}
+
+// Halo k - 1 - p, the shift between grid and input coordinates.
+int64_t Halo(const ConvTranspose2dParams& p) { return p.kernel_size - 1 - p.padding; }
+
+// Row copies: the first grid pixel (relative to the tile) of a tile's first
+// 16-byte group, 0 or up to 3 pixels before the tile. Input column x sits
+// at grid column x + halo, so groups start where the grid column is the
+// halo modulo 4.
+int RowCopyFirst(const ConvTranspose2dParams& p) {
+  const int phase = static_cast<int>(Halo(p) % 4);
+  return phase == 0 ? 0 : phase - 4;
+}
+
+int RowCopyGroups(const ConvTranspose2dParams& p) {
+  return static_cast<int>((TileSpan(p) - RowCopyFirst(p) + 3) / 4);
 }
 
 int64_t NumChunks(const ConvTranspose2dParams& p) {
@@ -145,7 +184,15 @@ struct Geometry {
   int co_tiles;
   int q_tiles;
   int64_t num_tiles;
-  int span;  // TileSpan
+  int span;        // TileSpan
+  int quad_bytes;  // QuadBytes
+  // Row copies (0: the 4-byte gathers): the first group's pixel relative to
+  // the tile (RowCopyFirst), groups per channel row, the raw rows' pitch in
+  // floats (4 x groups).
+  int row_copies;
+  int raw_first;
+  int raw_groups;
+  int raw_pitch;
   // kProducerStep grid pixels as whole rows and the remaining columns.
   int step_rows;
   int step_columns;
@@ -220,6 +267,272 @@ __device__ __forceinline__ void EpilogueBlock(float (&acc)[128], const float (&r
   }
 }
 
+// Waits until stage it % stages is free, then thread 0 bulk-copies the
+// chunk's weights into it, arriving on its full barrier with their bytes.
+// Returns the stage.
+__device__ __forceinline__ int BeginStage(const Geometry& g, unsigned char* smem, uint64_t* full,
+                                          uint64_t* empty, const float* __restrict__ weight,
+                                          int it, int co_tile, int chunk, int t) {
+  const int stage = it % g.stages;
+  hopper::MbarrierWait(&empty[stage], ((it / g.stages) & 1) ^ 1);
+  if (t == 0) {
+    const int weight_bytes = g.kernel_size * g.kernel_size * kTapWeightBytes;
+    hopper::MbarrierArriveExpectBytes(&full[stage], weight_bytes);
+    hopper::BulkCopyToShared(
+        smem + stage * g.stage_bytes + 2 * g.quad_bytes,
+        weight + (static_cast<int64_t>(co_tile) * g.num_chunks + chunk) * (weight_bytes / 4),
+        weight_bytes, &full[stage]);
+  }
+  return stage;
+}
+
+// In bytes from its channel plane's start (the copy loops add it to a byte
+// pointer as is): input (in_row, in_column), 0 where that is outside the
+// image, which `inside` tells.
+__device__ __forceinline__ unsigned InputOffsetBytes(const Geometry& g, int in_row, int in_column,
+                                                     bool& inside) {
+  inside = static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
+           static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
+  return inside ? static_cast<unsigned>(in_row * g.in_width + in_column) * 4u : 0u;
+}
+
+// The producer's 4-byte gathers: each copy transposes one float of NCHW
+// input into the stage's [quad][pixel][4 channels] layout (zeros outside the
+// image), and each thread's copies arrive on the stage's full barrier as
+// they land.
+__device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float* __restrict__ input,
+                                                 const float* __restrict__ weight,
+                                                 unsigned char* smem, uint64_t* full,
+                                                 uint64_t* empty, int t) {
+  const int warp = t / 32;
+  const int lane = t % 32;
+  const uint32_t smem_address = hopper::SharedAddress(smem);
+  const int64_t sample_stride = static_cast<int64_t>(g.in_channels) * g.in_height * g.in_width;
+  const int in_plane = g.in_height * g.in_width;
+  // Lane l copies channel l % 4 of each quad at grid pixels
+  // 8 warp + l / 4 + 64 i of the tile.
+  const int channel = lane % 4;
+  const int first_pixel = 8 * warp + lane / 4;
+  const int column_limit = g.padded_width - g.halo;
+  const bool table = g.span <= kMaxProducerSteps * kProducerStep;
+  int it = 0;
+  for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
+    const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
+    const float* sample_input = input + sample * sample_stride;
+    const int start = q_tile * kTilePixels + first_pixel;
+    const int start_row = start / g.padded_width;
+    const int start_column = start - start_row * g.padded_width;
+    // When the tile's span takes at most kMaxProducerSteps steps, this
+    // lane's source offsets (and which are inside the image) for every
+    // step, in registers.
+    unsigned offsets[kMaxProducerSteps];
+    uint64_t inside_mask = 0;
+    if (table) {
+      int in_row = start_row - g.halo;
+      int in_column = start_column - g.halo;
+#pragma unroll
+      for (int i = 0; i < kMaxProducerSteps; ++i) {
+        bool inside;
+        offsets[i] = InputOffsetBytes(g, in_row, in_column, inside);
+        inside_mask |= static_cast<uint64_t>(inside) << i;
+        in_column += g.step_columns;
+        in_row += g.step_rows;
+        if (in_column >= column_limit) {
+          in_column -= g.padded_width;
+          ++in_row;
+        }
+      }
+    }
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
+      const int stage = BeginStage(g, smem, full, empty, weight, it, co_tile, chunk, t);
+      // The lane's two channels (one per quad) as pointers at the sample's
+      // pixel 0; a channel past C_in reads nothing (zeros) and points at
+      // the sample's first one.
+      const int channel_0 = chunk * kChunkChannels + channel;
+      const bool channel_valid_0 = channel_0 < g.in_channels;
+      const bool channel_valid_1 = channel_0 + 4 < g.in_channels;
+      const float* source_0 = channel_valid_0
+                                  ? sample_input + static_cast<int64_t>(channel_0) * in_plane
+                                  : sample_input;
+      const float* source_1 = channel_valid_1 ? source_0 + 4 * in_plane : sample_input;
+      const uint32_t quad_bytes = g.quad_bytes;
+      uint32_t destination =
+          smem_address + stage * g.stage_bytes + first_pixel * kCoreRowBytes + channel * 4;
+      if (table) {
+        // The tile's offsets, computed once for its chunks. Per step two
+        // copies, each one 64-bit address add and one predicate bit: the
+        // producer has one warp per scheduler, so every dependent
+        // instruction of its copy loop is exposed latency (ncu: the loop
+        // was ~70% of the producer's time and the consumers waited ~20%
+        // of theirs for a stage). The span is a multiple of the step, so
+        // every lane runs the same steps.
+        const char* bytes_0 = reinterpret_cast<const char*>(source_0);
+        const char* bytes_1 = reinterpret_cast<const char*>(source_1);
+        const uint64_t mask_0 = channel_valid_0 ? inside_mask : 0;
+        const uint64_t mask_1 = channel_valid_1 ? inside_mask : 0;
+        const uint32_t destination_1 = destination + quad_bytes;
+        const int steps = g.span / kProducerStep;
+#pragma unroll
+        for (int i = 0; i < kMaxProducerSteps; ++i) {
+          if (i < steps) {
+            CpAsync4ToShared(destination + i * kProducerStep * kCoreRowBytes,
+                             reinterpret_cast<const float*>(bytes_0 + offsets[i]),
+                             (mask_0 >> i) & 1u);
+            CpAsync4ToShared(destination_1 + i * kProducerStep * kCoreRowBytes,
+                             reinterpret_cast<const float*>(bytes_1 + offsets[i]),
+                             (mask_1 >> i) & 1u);
+          }
+        }
+      } else {
+        int in_row = start_row - g.halo;
+        int in_column = start_column - g.halo;
+        // A few instructions per pixel step: 32-bit offsets, the grid
+        // position stepped by constants (the first version, with generic
+        // pointers, signed 64-bit offsets and a wrap loop, executed ~56
+        // per step, the second ~30: ncu).
+#pragma unroll 4
+        for (int j = first_pixel; j < g.span; j += kProducerStep) {
+          const bool inside = static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
+                              static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
+          const unsigned offset =
+              inside ? static_cast<unsigned>(in_row * g.in_width + in_column) : 0u;
+          CpAsync4ToShared(destination, source_0 + offset, inside && channel_valid_0);
+          CpAsync4ToShared(destination + quad_bytes, source_1 + offset, inside && channel_valid_1);
+          destination += kProducerStep * kCoreRowBytes;
+          in_column += g.step_columns;
+          in_row += g.step_rows;
+          if (in_column >= column_limit) {
+            in_column -= g.padded_width;
+            ++in_row;
+          }
+        }
+      }
+      // Each thread's copies arrive on the stage's full barrier as they land.
+      // (Waiting for them and arriving by an ordinary release, one chunk
+      // late, measured 6% slower.)
+      hopper::CpAsyncArriveOnCompletion(&full[stage]);
+    }
+  }
+}
+
+// Transposes a stage's channel quads in place from 4 raw channel rows (row
+// c's grid pixel j at float c * raw_pitch + j - raw_first of the quad) to
+// [pixel][4 channels]. The rows and the result share the quad's bytes, so
+// every producer thread reads its pixels of a quad (one per step: 4
+// conflict-free 4-byte loads, then one 16-byte store) before any writes.
+// Precondition: the stage's row copies have landed for all producer threads.
+__device__ __forceinline__ void TransposeStage(const Geometry& g, float* stage, int t) {
+#pragma unroll 1
+  for (int quad = 0; quad < 2; ++quad) {
+    float* base = stage + quad * (g.quad_bytes / 4);
+    const float* raw = base - g.raw_first;
+    float4 pixel[kMaxTransposeSteps];
+#pragma unroll
+    for (int i = 0; i < kMaxTransposeSteps; ++i) {
+      const int j = t + kProducerThreads * i;
+      if (j < g.span) {
+        pixel[i] = make_float4(raw[j], raw[g.raw_pitch + j], raw[2 * g.raw_pitch + j],
+                               raw[3 * g.raw_pitch + j]);
+      }
+    }
+    hopper::NamedBarrier(kProducerBarrier, kProducerThreads);
+#pragma unroll
+    for (int i = 0; i < kMaxTransposeSteps; ++i) {
+      const int j = t + kProducerThreads * i;
+      if (j < g.span) reinterpret_cast<float4*>(base)[j] = pixel[i];
+    }
+  }
+}
+
+// The producer's row copies (RowCopiesServe): 16-byte cp.async of whole
+// 4-pixel groups of the chunk's input rows into the stage as raw channel
+// rows (zeros for groups outside the image or past C_in: with in_width and
+// the grid's width multiples of 4, a group is all inside or all outside),
+// then, one chunk later so that the copies have had a chunk's time to land,
+// the in-place transposition and the arrivals on the stage's full barrier.
+// A quarter of the gathers' copy instructions, and each moves a whole
+// 16-byte piece of a line (bench/kernel_notes.md v20).
+__device__ __forceinline__ void ProduceByRowCopies(const Geometry& g,
+                                                   const float* __restrict__ input,
+                                                   const float* __restrict__ weight,
+                                                   unsigned char* smem, uint64_t* full,
+                                                   uint64_t* empty, int t) {
+  const uint32_t smem_address = hopper::SharedAddress(smem);
+  const int64_t sample_stride = static_cast<int64_t>(g.in_channels) * g.in_height * g.in_width;
+  const int in_plane = g.in_height * g.in_width;
+  // Thread t copies groups t % 16 + 16 i of chunk channel t / 16: lanes of a
+  // channel cover 256 contiguous bytes per step.
+  const int copy_channel = t / kRowCopyLanes;
+  const int copy_lane = t % kRowCopyLanes;
+  constexpr int kStepPixels = 4 * kRowCopyLanes;
+  const int step_rows = kStepPixels / g.padded_width;
+  const int step_columns = kStepPixels % g.padded_width;
+  const uint32_t copy_destination = smem_address + (copy_channel / 4) * g.quad_bytes +
+                                    ((copy_channel % 4) * g.raw_pitch + 4 * copy_lane) * 4;
+  int it = 0;
+  int pending_stage = -1;  // copied, not yet transposed
+  for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
+    const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
+    const float* sample_input = input + sample * sample_stride;
+    // This thread's source offsets (bytes, from the channel's plane) and
+    // which groups are inside the image, for the tile's every chunk.
+    unsigned offsets[kMaxRowCopySteps];
+    uint32_t inside_mask = 0;
+    uint32_t active_mask = 0;
+    {
+      const int first = q_tile * kTilePixels + g.raw_first + 4 * copy_lane;  // may be -3..-1
+      int row = (first + g.padded_width) / g.padded_width - 1;
+      int column = first - row * g.padded_width;
+#pragma unroll
+      for (int i = 0; i < kMaxRowCopySteps; ++i) {
+        bool inside;
+        offsets[i] = InputOffsetBytes(g, row - g.halo, column - g.halo, inside);
+        inside_mask |= static_cast<uint32_t>(inside) << i;
+        active_mask |= static_cast<uint32_t>(copy_lane + kRowCopyLanes * i < g.raw_groups) << i;
+        column += step_columns;
+        row += step_rows;
+        if (column >= g.padded_width) {
+          column -= g.padded_width;
+          ++row;
+        }
+      }
+    }
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
+      const int stage = BeginStage(g, smem, full, empty, weight, it, co_tile, chunk, t);
+      const int channel = chunk * kChunkChannels + copy_channel;
+      const bool channel_valid = channel < g.in_channels;
+      const char* source = reinterpret_cast<const char*>(
+          sample_input + (channel_valid ? static_cast<int64_t>(channel) * in_plane : 0));
+      const uint32_t inside = channel_valid ? inside_mask : 0u;
+      const uint32_t destination = copy_destination + stage * g.stage_bytes;
+#pragma unroll
+      for (int i = 0; i < kMaxRowCopySteps; ++i) {
+        if ((active_mask >> i) & 1u) {
+          CpAsync16ToShared(destination + i * kStepPixels * 4,
+                            reinterpret_cast<const float*>(source + offsets[i]),
+                            (inside >> i) & 1u);
+        }
+      }
+      CpAsyncCommit();
+      if (pending_stage >= 0) {
+        CpAsyncWait<1>();  // this thread's copies of the pending stage
+        hopper::NamedBarrier(kProducerBarrier, kProducerThreads);  // everyone's
+        TransposeStage(g, reinterpret_cast<float*>(smem + pending_stage * g.stage_bytes), t);
+        hopper::FenceProxyAsyncShared();
+        hopper::MbarrierArrive(&full[pending_stage]);
+      }
+      pending_stage = stage;
+    }
+  }
+  if (pending_stage >= 0) {
+    CpAsyncWait<0>();
+    hopper::NamedBarrier(kProducerBarrier, kProducerThreads);
+    TransposeStage(g, reinterpret_cast<float*>(smem + pending_stage * g.stage_bytes), t);
+    hopper::FenceProxyAsyncShared();
+    hopper::MbarrierArrive(&full[pending_stage]);
+  }
+}
+
 template <int kKernel>
 __global__ void __launch_bounds__(kThreads, 1)
     ConvTransposeWgmmaTf32(Geometry g, const float* __restrict__ input,
@@ -237,8 +550,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = t / 32;
   const int lane = t % 32;
   const int kernel_size = kKernel > 0 ? kKernel : g.kernel_size;
-  const int taps = kernel_size * kernel_size;
-  const int weight_bytes = taps * kTapWeightBytes;
 
   unsigned char* staging_base = smem + g.stages * g.stage_bytes;
   float* row_slots = reinterpret_cast<float*>(staging_base + kStagingBytes);
@@ -247,8 +558,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (t == 0) {
     for (int s = 0; s < g.stages; ++s) {
-      // One arrival per producer thread when its copies land, one with the
-      // weights' expected bytes.
+      // One arrival per producer thread (gathers: when its copies land; row
+      // copies: after the stage's transposition), one with the weights'
+      // expected bytes.
       hopper::MbarrierInit(&full[s], kProducerThreads + 1);
       hopper::MbarrierInit(&empty[s], kConsumerWarps);
     }
@@ -260,128 +572,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const uint32_t smem_address = hopper::SharedAddress(smem);
-  const int64_t sample_stride = static_cast<int64_t>(g.in_channels) * g.in_height * g.in_width;
-  const int in_plane = g.in_height * g.in_width;
   const int64_t out_plane = static_cast<int64_t>(g.out_height) * g.out_width;
 
   if (warp < kProducerWarps) {
     // ---- producer ----
     hopper::ReleaseRegisters<kProducerRegisters>();
-    // Lane l copies channel l % 4 of each quad at grid pixels
-    // 8 warp + l / 4 + 64 i of the tile.
-    const int channel = lane % 4;
-    const int first_pixel = 8 * warp + lane / 4;
-    const int column_limit = g.padded_width - g.halo;
-    const bool table = g.span <= kMaxProducerSteps * kProducerStep;
-    int it = 0;
-    for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
-      const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
-      const float* sample_input = input + sample * sample_stride;
-      const int start = q_tile * kTilePixels + first_pixel;
-      const int start_row = start / g.padded_width;
-      const int start_column = start - start_row * g.padded_width;
-      // When the tile's span takes at most kMaxProducerSteps steps, this
-      // lane's source offsets (and which are inside the image) for every
-      // step, in registers.
-      unsigned offsets[kMaxProducerSteps];
-      uint64_t inside_mask = 0;
-      if (table) {
-        int in_row = start_row - g.halo;
-        int in_column = start_column - g.halo;
-#pragma unroll
-        for (int i = 0; i < kMaxProducerSteps; ++i) {
-          const bool inside =
-              static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
-              static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
-          // In bytes: the copy loop adds it to a byte pointer as is.
-          offsets[i] = inside ? static_cast<unsigned>(in_row * g.in_width + in_column) * 4u : 0u;
-          inside_mask |= static_cast<uint64_t>(inside) << i;
-          in_column += g.step_columns;
-          in_row += g.step_rows;
-          if (in_column >= column_limit) {
-            in_column -= g.padded_width;
-            ++in_row;
-          }
-        }
-      }
-      for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
-        const int stage = it % g.stages;
-        hopper::MbarrierWait(&empty[stage], ((it / g.stages) & 1) ^ 1);
-        unsigned char* stage_base = smem + stage * g.stage_bytes;
-        if (t == 0) {
-          hopper::MbarrierArriveExpectBytes(&full[stage], weight_bytes);
-          hopper::BulkCopyToShared(
-              stage_base + 2 * g.span * kCoreRowBytes,
-              weight + (static_cast<int64_t>(co_tile) * g.num_chunks + chunk) * (weight_bytes / 4),
-              weight_bytes, &full[stage]);
-        }
-        // The lane's two channels (one per quad) as pointers at the sample's
-        // pixel 0; a channel past C_in reads nothing (zeros) and points at
-        // the sample's first one.
-        const int channel_0 = chunk * kChunkChannels + channel;
-        const bool channel_valid_0 = channel_0 < g.in_channels;
-        const bool channel_valid_1 = channel_0 + 4 < g.in_channels;
-        const float* source_0 =
-            channel_valid_0 ? sample_input + static_cast<int64_t>(channel_0) * in_plane : sample_input;
-        const float* source_1 = channel_valid_1 ? source_0 + 4 * in_plane : sample_input;
-        const uint32_t quad_bytes = g.span * kCoreRowBytes;
-        uint32_t destination = smem_address + stage * g.stage_bytes + first_pixel * kCoreRowBytes +
-                               channel * 4;
-        if (table) {
-          // The tile's offsets, computed once for its chunks. Per step two
-          // copies, each one 64-bit address add and one predicate bit: the
-          // producer has one warp per scheduler, so every dependent
-          // instruction of its copy loop is exposed latency (ncu: the loop
-          // was ~70% of the producer's time and the consumers waited ~20%
-          // of theirs for a stage). The span is a multiple of the step, so
-          // every lane runs the same steps.
-          const char* bytes_0 = reinterpret_cast<const char*>(source_0);
-          const char* bytes_1 = reinterpret_cast<const char*>(source_1);
-          const uint64_t mask_0 = channel_valid_0 ? inside_mask : 0;
-          const uint64_t mask_1 = channel_valid_1 ? inside_mask : 0;
-          const uint32_t destination_1 = destination + quad_bytes;
-          const int steps = g.span / kProducerStep;
-#pragma unroll
-          for (int i = 0; i < kMaxProducerSteps; ++i) {
-            if (i < steps) {
-              CpAsync4ToShared(destination + i * kProducerStep * kCoreRowBytes,
-                               reinterpret_cast<const float*>(bytes_0 + offsets[i]),
-                               (mask_0 >> i) & 1u);
-              CpAsync4ToShared(destination_1 + i * kProducerStep * kCoreRowBytes,
-                               reinterpret_cast<const float*>(bytes_1 + offsets[i]),
-                               (mask_1 >> i) & 1u);
-            }
-          }
-        } else {
-          int in_row = start_row - g.halo;
-          int in_column = start_column - g.halo;
-          // A few instructions per pixel step: 32-bit offsets, the grid
-          // position stepped by constants (the first version, with generic
-          // pointers, signed 64-bit offsets and a wrap loop, executed ~56
-          // per step, the second ~30: ncu).
-#pragma unroll 4
-          for (int j = first_pixel; j < g.span; j += kProducerStep) {
-            const bool inside =
-                static_cast<unsigned>(in_row) < static_cast<unsigned>(g.in_height) &&
-                static_cast<unsigned>(in_column) < static_cast<unsigned>(g.in_width);
-            const unsigned offset =
-                inside ? static_cast<unsigned>(in_row * g.in_width + in_column) : 0u;
-            CpAsync4ToShared(destination, source_0 + offset, inside && channel_valid_0);
-            CpAsync4ToShared(destination + quad_bytes, source_1 + offset, inside && channel_valid_1);
-            destination += kProducerStep * kCoreRowBytes;
-            in_column += g.step_columns;
-            in_row += g.step_rows;
-            if (in_column >= column_limit) {
-              in_column -= g.padded_width;
-              ++in_row;
-            }
-          }
-        }
-        // Each thread's copies arrive on the stage's full barrier as they land.
-        // (Waiting for them and arriving by an ordinary release, one chunk
-        // late, measured 6% slower.)
-        hopper::CpAsyncArriveOnCompletion(&full[stage]);
-      }
+    if (g.row_copies) {
+      ProduceByRowCopies(g, input, weight, smem, full, empty, t);
+    } else {
+      ProduceByGathers(g, input, weight, smem, full, empty, t);
     }
     return;
   }
@@ -417,11 +616,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the async proxy.
       hopper::FenceProxyAsyncShared();
       const uint32_t stage_address = smem_address + stage * g.stage_bytes;
-      const uint64_t a_descriptor = hopper::MatrixDescriptor(
-          stage_address + 2 * g.span * kCoreRowBytes, kKHalfBytes, kCoreMatrixBytes);
-      const uint64_t b_descriptor = hopper::MatrixDescriptor(
-          stage_address + consumer * kWarpgroupPixels * kCoreRowBytes, g.span * kCoreRowBytes,
-          kCoreMatrixBytes);
+      const uint64_t a_descriptor =
+          hopper::MatrixDescriptor(stage_address + 2 * g.quad_bytes, kKHalfBytes, kCoreMatrixBytes);
+      const uint64_t b_descriptor =
+          hopper::MatrixDescriptor(stage_address + consumer * kWarpgroupPixels * kCoreRowBytes,
+                                   g.quad_bytes, kCoreMatrixBytes);
       hopper::WgmmaFence();
 #pragma unroll(kKernel > 0 ? kKernel : 1)
       for (int kh = 0; kh < kernel_size; ++kh) {
@@ -568,6 +767,12 @@ absl::StatusOr<bool> AvailableOnCurrentDevice() {
   return attributes.binaryVersion == 90;
 }
 
+bool RowCopiesServe(const ConvTranspose2dParams& params) {
+  const int64_t padded_width = OutWidth(params) + params.kernel_size - 1;
+  return params.in_width % 4 == 0 && padded_width % 4 == 0 && Halo(params) >= 0 &&
+         TileSpan(params) <= kMaxTransposeSteps * kProducerThreads;
+}
+
 int64_t PreparedWeightSize(const ConvTranspose2dParams& params) {
   return RoundUp(params.out_channels, kBlockChannels) * NumChunks(params) * kChunkChannels *
          params.kernel_size * params.kernel_size;
@@ -575,7 +780,8 @@ int64_t PreparedWeightSize(const ConvTranspose2dParams& params) {
 
 int64_t WeightIndex(const ConvTranspose2dParams& params, int64_t ci, int64_t co, int64_t tap) {
   const int64_t taps = params.kernel_size * params.kernel_size;
-  const int64_t block = (co / kBlockChannels * NumChunks(params) + ci / kChunkChannels) * taps + tap;
+  const int64_t block =
+      (co / kBlockChannels * NumChunks(params) + ci / kChunkChannels) * taps + tap;
   const int64_t k_half = ci % kChunkChannels / 4;
   return ((block * 2 + k_half) * kBlockChannels + co % kBlockChannels) * 4 + ci % 4;
 }
@@ -595,7 +801,7 @@ int64_t SignalsPerSample(const ConvTranspose2dParams& params) {
 absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
                     const float* prepared_weight, const float* bias, float* output,
                     int64_t num_groups, double* group_sums, const ConvSampleSignals& signals,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, Producer producer) {
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   int shared_limit = 0;
@@ -628,6 +834,13 @@ absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
   g.q_tiles = static_cast<int>(RoundUp(out_height * g.padded_width, kTilePixels) / kTilePixels);
   g.num_tiles = params.batch * g.co_tiles * g.q_tiles;
   g.span = static_cast<int>(TileSpan(params));
+  g.quad_bytes = static_cast<int>(QuadBytes(params));
+  // The row copies read 16-byte groups: every channel plane starts 16-byte
+  // aligned when in_width % 4 == 0 and the input pointer is.
+  g.row_copies = producer == Producer::kAuto && RowCopiesServe(params) && Aligned16(input);
+  g.raw_first = RowCopyFirst(params);
+  g.raw_groups = RowCopyGroups(params);
+  g.raw_pitch = 4 * g.raw_groups;
   g.step_rows = kProducerStep / g.padded_width;
   g.step_columns = kProducerStep % g.padded_width;
   g.stage_bytes = static_cast<int>(StageBytes(params));

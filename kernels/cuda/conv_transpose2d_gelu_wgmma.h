@@ -10,8 +10,9 @@
 // tile shifted by one constant: the extra columns are computed and never
 // stored), K = (8-channel chunk, tap, channel). A persistent block runs
 // 512-pixel tiles: one producer warpgroup copies each chunk's input into
-// shared memory (channels interleaved by 4) and its weights by one bulk
-// copy; two consumer warpgroups each multiply 64 channels x 256 pixels with
+// shared memory (channels interleaved by 4: 16-byte copies of input rows
+// transposed in place where they serve, else 4-byte gathers) and its
+// weights by one bulk copy; two consumer warpgroups each multiply 64 channels x 256 pixels with
 // one m64n256k8 wgmma per tap (the input truncated to TF32 by the hardware,
 // the weights rounded at load) and run the epilogue.
 
@@ -55,14 +56,30 @@ int64_t SharedMemoryBytes(const ConvTranspose2dParams& params, int stages);
 // consumer warpgroup per tile of the sample.
 int64_t SignalsPerSample(const ConvTranspose2dParams& params);
 
+// How the producer fills a stage with the chunk's input.
+//  kAuto: row copies where RowCopiesServe and the input is 16-byte aligned
+//    (16-byte copies of whole 4-pixel groups of the input rows, transposed
+//    in shared memory), else kGathers;
+//  kGathers: 4-byte copies, each placing one float (for tests and
+//    benchmarks: both give the same stage contents, so bitwise the same
+//    output).
+enum class Producer { kAuto, kGathers };
+
+// Whether row copies serve `params`: in_width and the grid's width
+// (W_out + k - 1) multiples of 4, k - 1 - padding >= 0, and a tile's span
+// of grid pixels at most 1152 (its in-place transposition holds 9 pixels
+// per producer thread). The reference shape (256 x 256, k = 3, p = 0) does.
+bool RowCopiesServe(const ConvTranspose2dParams& params);
+
 // Launches on `stream` with as many stages (up to 4) as fit the device, one
 // block per multiprocessor less signals.free_multiprocessors; arguments as
 // ConvTranspose2dBiasGelu's, already validated by it, with prepared_weight
 // pointing at this layout (16-byte aligned). Input and output need only
-// float alignment. Preconditions: Supports, AvailableOnCurrentDevice.
+// float alignment (row copies need 16). Preconditions: Supports,
+// AvailableOnCurrentDevice.
 absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
                     const float* prepared_weight, const float* bias, float* output,
                     int64_t num_groups, double* group_sums, const ConvSampleSignals& signals,
-                    cudaStream_t stream);
+                    cudaStream_t stream, Producer producer = Producer::kAuto);
 
 }  // namespace fuseserve::cuda::conv_wgmma

@@ -35,6 +35,14 @@ __device__ __forceinline__ void CpAsync4ToShared(uint32_t shared_address, const 
                : "memory");
 }
 
+// CpAsync16 to a shared-memory address (the shared window's 32-bit offset).
+__device__ __forceinline__ void CpAsync16ToShared(uint32_t shared_address, const float* global,
+                                                  bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address),
+               "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
+
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

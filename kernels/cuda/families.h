@@ -38,7 +38,10 @@ struct ConvFamilyOptions {
   int group_norm_multiprocessors = 0;
 };
 inline constexpr int64_t kMinConcurrentGroupNormBatch = 8;
-inline constexpr int kDefaultGroupNormMultiprocessors = 16;
+// 20 of an H100's 132 at the reference shape (bench/kernel_notes.md v20: 16
+// was best while the convolution gathered its input by 4-byte copies; with
+// row copies it runs faster and the normaliser needs more room to keep up).
+inline constexpr int kDefaultGroupNormMultiprocessors = 20;
 
 struct ConvFamilyParams {
   ConvTranspose2dParams conv;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,22 @@ int64_t OutWidth(const ConvTranspose2dParams& p) {
 // fan_in = out_channels * k * k (weight [C_in, C_out, k, k]).
 float InitBound(const ConvTranspose2dParams& p) {
   return 1.0f / std::sqrt(static_cast<float>(p.out_channels * p.kernel_size * p.kernel_size));
+}
+
+// Weights and biases from U(-bound, bound) (PyTorch's initialisation range)
+// and an N(0,1) input for `p`, from seeds seed, seed + 1 and seed + 2.
+struct RandomCase {
+  std::vector<float> weight;
+  std::vector<float> bias;
+  std::vector<float> input;
+};
+
+RandomCase MakeRandomCase(const ConvTranspose2dParams& p, uint64_t seed) {
+  const float bound = InitBound(p);
+  return {reference::RandomUniform(p.in_channels * p.out_channels * p.kernel_size * p.kernel_size,
+                                   seed, -bound, bound),
+          reference::RandomUniform(p.out_channels, seed + 1, -bound, bound),
+          reference::RandomNormal(p.batch * p.in_channels * p.in_height * p.in_width, seed + 2)};
 }
 
 struct GpuResult {
@@ -285,6 +302,8 @@ const char* KernelName(ConvTransposeKernel kernel) {
       return "auto";
     case ConvTransposeKernel::kWgmma:
       return "wgmma";
+    case ConvTransposeKernel::kWgmmaGathers:
+      return "wgmma (gathers)";
     case ConvTransposeKernel::kTiled:
       return "tiled";
     case ConvTransposeKernel::kImplicitGemm:
@@ -315,9 +334,9 @@ bool IsHopper() {
 // serves the case (each side of every dispatch rule), in both modes, on both
 // input distributions, against the float64 reference and its own group sums.
 // A kernel that does not serve a case says so with FailedPrecondition, and
-// it must serve where its rule says it does: the wgmma kernel every
-// stride-1 tf32 case whose stages fit (on a Hopper GPU, unless switched
-// off by FUSESERVE_DISABLE_WGMMA=1), the tiled kernel
+// it must serve where its rule says it does: the wgmma kernel (with either
+// producer) every stride-1 tf32 case whose stages fit (on a Hopper GPU,
+// unless switched off by FUSESERVE_DISABLE_WGMMA=1), the tiled kernel
 // every T_ case.
 TEST_P(ConvTranspose2dGeluTest, EveryKernelServingTheCaseMatchesTheReference) {
   const ConvCase& c = GetParam();
@@ -337,15 +356,16 @@ TEST_P(ConvTranspose2dGeluTest, EveryKernelServingTheCaseMatchesTheReference) {
     const std::vector<double> expected = ReferenceOutput(p, input, weight, bias);
     for (const MathMode mode : {MathMode::kFp32, MathMode::kTf32}) {
       for (const ConvTransposeKernel kernel :
-           {ConvTransposeKernel::kWgmma, ConvTransposeKernel::kTiled,
-            ConvTransposeKernel::kImplicitGemm, ConvTransposeKernel::kDirect}) {
+           {ConvTransposeKernel::kWgmma, ConvTransposeKernel::kWgmmaGathers,
+            ConvTransposeKernel::kTiled, ConvTransposeKernel::kImplicitGemm,
+            ConvTransposeKernel::kDirect}) {
         const std::string label = absl::StrCat(KernelName(kernel), " ", ModeName(mode),
                                                normal ? " N(0,1)" : " U[0,1)", " input");
         absl::StatusOr<GpuResult> result =
             RunOnGpu(p, mode, input, weight, bias, c.num_groups, 0, 0, kernel);
         bool should_serve = kernel == ConvTransposeKernel::kDirect ||
                             (kernel == ConvTransposeKernel::kImplicitGemm && p.stride == 1);
-        if (kernel == ConvTransposeKernel::kWgmma) {
+        if (kernel == ConvTransposeKernel::kWgmma || kernel == ConvTransposeKernel::kWgmmaGathers) {
           should_serve = IsHopper() && !WgmmaDisabled() && conv_wgmma::Supports(p, mode);
         }
         if (kernel == ConvTransposeKernel::kTiled) {
@@ -381,12 +401,7 @@ TEST_F(ConvTranspose2dGeluTest, TiledKernelGivesTheSameOutputFromPointersOfAnyAl
   const ConvTranspose2dParams& p = c.params;
   ASSERT_TRUE(conv_tiled::Supports(p, MathMode::kTf32));
   const int64_t plane = OutHeight(p) * OutWidth(p);
-  const float bound = InitBound(p);
-  const std::vector<float> weight = reference::RandomUniform(
-      p.in_channels * p.out_channels * p.kernel_size * p.kernel_size, 41, -bound, bound);
-  const std::vector<float> bias = reference::RandomUniform(p.out_channels, 42, -bound, bound);
-  const std::vector<float> input =
-      reference::RandomNormal(p.batch * p.in_channels * p.in_height * p.in_width, 43);
+  const auto [weight, bias, input] = MakeRandomCase(p, 41);
 
   absl::StatusOr<GpuResult> aligned = RunOnGpu(p, MathMode::kTf32, input, weight, bias, 0);
   ASSERT_TRUE(aligned.ok()) << aligned.status();
@@ -404,6 +419,49 @@ TEST_F(ConvTranspose2dGeluTest, TiledKernelGivesTheSameOutputFromPointersOfAnyAl
                                c.num_groups, shifted->group_sums.data(),
                                absl::StrCat("offset ", offset));
   }
+}
+
+// The wgmma kernel's two producers fill each stage with the same values
+// (row copies: 16-byte groups of input rows transposed in shared memory;
+// gathers: one float per copy), so the outputs and sums are bitwise equal.
+// Row copies serve the cases with in_width and the grid's width multiples
+// of 4 (halo phases 0 and 2, channel counts not a multiple of 8, two
+// stages, several samples); an input 1 float past 16-byte alignment takes
+// the gathers under kWgmma, with the same output again.
+TEST_F(ConvTranspose2dGeluTest, WgmmaRowCopiesGiveBitwiseTheGathersOutput) {
+  if (!IsHopper() || WgmmaDisabled()) GTEST_SKIP() << "needs the wgmma kernel (Hopper)";
+  int row_copy_cases = 0;
+  bool halo_phases[4] = {false, false, false, false};
+  for (const ConvCase& c : Cases()) {
+    const ConvTranspose2dParams& p = c.params;
+    if (!conv_wgmma::Supports(p, MathMode::kTf32) || !conv_wgmma::RowCopiesServe(p)) continue;
+    ++row_copy_cases;
+    halo_phases[(p.kernel_size - 1 - p.padding) % 4] = true;
+    const auto [weight, bias, input] = MakeRandomCase(p, 51);
+    absl::StatusOr<GpuResult> rows = RunOnGpu(p, MathMode::kTf32, input, weight, bias, c.num_groups,
+                                              0, 0, ConvTransposeKernel::kWgmma);
+    ASSERT_TRUE(rows.ok()) << c.name << ": " << rows.status();
+    const ErrorStats stats =
+        CompareToReference(rows->output, ReferenceOutput(p, input, weight, bias));
+    EXPECT_TRUE(stats.Within(reference::kTf32Tolerance)) << c.name << ": " << stats;
+    for (const auto& [kernel, offset] : {std::pair{ConvTransposeKernel::kWgmmaGathers, int64_t{0}},
+                                         std::pair{ConvTransposeKernel::kWgmma, int64_t{1}}}) {
+      const std::string label =
+          absl::StrCat(c.name, " ", KernelName(kernel), ", input offset ", offset);
+      absl::StatusOr<GpuResult> other =
+          RunOnGpu(p, MathMode::kTf32, input, weight, bias, c.num_groups, offset, 0, kernel);
+      ASSERT_TRUE(other.ok()) << label << ": " << other.status();
+      EXPECT_EQ(0, std::memcmp(other->output.data(), rows->output.data(),
+                               rows->output.size() * sizeof(float)))
+          << label << ": output differs from the row copies'";
+      EXPECT_EQ(0, std::memcmp(other->group_sums.data(), rows->group_sums.data(),
+                               rows->group_sums.size() * sizeof(double)))
+          << label << ": group sums differ from the row copies'";
+    }
+  }
+  EXPECT_GE(row_copy_cases, 5);
+  // Groups start at the tile's first pixel (halo 0 or 4) or 2 before it.
+  EXPECT_TRUE(halo_phases[0] && halo_phases[2]);
 }
 
 // The wgmma kernel's epilogue GELU (GeluErfFast on the device, its exp2f
@@ -525,6 +583,33 @@ TEST(ConvTranspose2dDispatchTest, WgmmaKernelNeedsStride1Tf32AndThreeFittingStag
   params.padding = 2;
   EXPECT_FALSE(conv_wgmma::Supports(params, MathMode::kTf32));
   EXPECT_TRUE(conv_tiled::Supports(params, MathMode::kTf32));
+}
+
+// Row copies need whole 16-byte groups of input rows on the grid: in_width
+// and W_out + k - 1 multiples of 4, k - 1 - padding >= 0, and a span of at
+// most 1152 grid pixels.
+TEST(ConvTranspose2dDispatchTest, WgmmaRowCopiesNeedWidthsOfFoursAndAShortSpan) {
+  ConvTranspose2dParams p = ReferenceShapeParams();
+  EXPECT_TRUE(conv_wgmma::RowCopiesServe(p));  // W 256, grid 260, halo 2
+  p.in_width = 254;                            // grid 258
+  EXPECT_FALSE(conv_wgmma::RowCopiesServe(p));
+  p.in_width = 36;
+  EXPECT_TRUE(conv_wgmma::RowCopiesServe(p));
+  p.padding = 1;  // halo 1: grid 38
+  EXPECT_FALSE(conv_wgmma::RowCopiesServe(p));
+  p.kernel_size = 1;
+  p.padding = 0;  // halo 0: grid 36
+  EXPECT_TRUE(conv_wgmma::RowCopiesServe(p));
+  p.in_width = 34;  // grid 34
+  EXPECT_FALSE(conv_wgmma::RowCopiesServe(p));
+  p = ReferenceShapeParams();
+  p.in_width = 512;  // grid 516, span 512 + 2 x 517 rounded: 1568
+  EXPECT_TRUE(conv_wgmma::Supports(p, MathMode::kTf32));
+  EXPECT_FALSE(conv_wgmma::RowCopiesServe(p));
+  p.kernel_size = 5;
+  p.padding = 2;
+  p.in_width = 128;  // grid 132, span 512 + 4 x 133 rounded: 1056
+  EXPECT_TRUE(conv_wgmma::RowCopiesServe(p));
 }
 
 // The tiled kernel has instantiations for 2 and 3 stages, each for k = 3
