@@ -211,7 +211,17 @@ struct TileIndex {
   int64_t sample;
 };
 
+// In 32-bit arithmetic whenever the tile count allows it (a 64-bit division
+// is a long emulated sequence, and both roles decompose every tile).
 __device__ __forceinline__ TileIndex DecomposeTile(int64_t tile, const Geometry& g) {
+  if (g.num_tiles <= int64_t{0xffffffff}) {
+    const unsigned narrow = static_cast<unsigned>(tile);
+    const unsigned q_tiles = static_cast<unsigned>(g.q_tiles);
+    const unsigned co_tiles = static_cast<unsigned>(g.co_tiles);
+    const unsigned rest = narrow / q_tiles;
+    return {static_cast<int>(narrow - rest * q_tiles), static_cast<int>(rest % co_tiles),
+            static_cast<int64_t>(rest / co_tiles)};
+  }
   const int64_t rest = tile / g.q_tiles;
   return {static_cast<int>(tile % g.q_tiles), static_cast<int>(rest % g.co_tiles),
           rest / g.co_tiles};
@@ -267,14 +277,30 @@ __device__ __forceinline__ void EpilogueBlock(float (&acc)[128], const float (&r
   }
 }
 
-// Waits until stage it % stages is free, then thread 0 bulk-copies the
+// A position in the ring of pipeline stages: the stage a chunk uses and the
+// parity of that use, advanced chunk by chunk. (Taking it % stages and
+// it / stages with the runtime stage count cost a ~30-instruction division
+// per chunk on both sides of the pipeline, ~6% of the consumers' samples:
+// ncu, bench/kernel_notes.md v21.)
+struct StageRing {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void Advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// Waits until the ring's stage is free, then thread 0 bulk-copies the
 // chunk's weights into it, arriving on its full barrier with their bytes.
 // Returns the stage.
 __device__ __forceinline__ int BeginStage(const Geometry& g, unsigned char* smem, uint64_t* full,
                                           uint64_t* empty, const float* __restrict__ weight,
-                                          int it, int co_tile, int chunk, int t) {
-  const int stage = it % g.stages;
-  hopper::MbarrierWait(&empty[stage], ((it / g.stages) & 1) ^ 1);
+                                          const StageRing& ring, int co_tile, int chunk, int t) {
+  const int stage = ring.stage;
+  hopper::MbarrierWait(&empty[stage], ring.phase ^ 1u);
   if (t == 0) {
     const int weight_bytes = g.kernel_size * g.kernel_size * kTapWeightBytes;
     hopper::MbarrierArriveExpectBytes(&full[stage], weight_bytes);
@@ -315,7 +341,7 @@ __device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float*
   const int first_pixel = 8 * warp + lane / 4;
   const int column_limit = g.padded_width - g.halo;
   const bool table = g.span <= kMaxProducerSteps * kProducerStep;
-  int it = 0;
+  StageRing ring;
   for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
     const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
     const float* sample_input = input + sample * sample_stride;
@@ -343,8 +369,8 @@ __device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float*
         }
       }
     }
-    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
-      const int stage = BeginStage(g, smem, full, empty, weight, it, co_tile, chunk, t);
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ring.Advance(g.stages)) {
+      const int stage = BeginStage(g, smem, full, empty, weight, ring, co_tile, chunk, t);
       // The lane's two channels (one per quad) as pointers at the sample's
       // pixel 0; a channel past C_in reads nothing (zeros) and points at
       // the sample's first one.
@@ -469,7 +495,7 @@ __device__ __forceinline__ void ProduceByRowCopies(const Geometry& g,
   const int step_columns = kStepPixels % g.padded_width;
   const uint32_t copy_destination = smem_address + (copy_channel / 4) * g.quad_bytes +
                                     ((copy_channel % 4) * g.raw_pitch + 4 * copy_lane) * 4;
-  int it = 0;
+  StageRing ring;
   int pending_stage = -1;  // copied, not yet transposed
   for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
     const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
@@ -497,8 +523,8 @@ __device__ __forceinline__ void ProduceByRowCopies(const Geometry& g,
         }
       }
     }
-    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
-      const int stage = BeginStage(g, smem, full, empty, weight, it, co_tile, chunk, t);
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ring.Advance(g.stages)) {
+      const int stage = BeginStage(g, smem, full, empty, weight, ring, co_tile, chunk, t);
       const int channel = chunk * kChunkChannels + copy_channel;
       const bool channel_valid = channel < g.in_channels;
       const char* source = reinterpret_cast<const char*>(
@@ -599,7 +625,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  int it = 0;
+  StageRing ring;
   // The sample of this warpgroup's last tile, whose completion it has yet to
   // signal (-1: none). Signalled one tile late, after the next tile's
   // mainloop: by then the tile's stores have had a whole mainloop to land,
@@ -609,9 +635,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto [q_tile, co_tile, sample] = DecomposeTile(tile, g);
 
     int previous_stage = 0;
-    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ++it) {
-      const int stage = it % g.stages;
-      hopper::MbarrierWait(&full[stage], (it / g.stages) & 1);
+    for (int chunk = 0; chunk < g.num_chunks; ++chunk, ring.Advance(g.stages)) {
+      const int stage = ring.stage;
+      hopper::MbarrierWait(&full[stage], ring.phase);
       // The copies wrote through the generic proxy; the wgmmas read through
       // the async proxy.
       hopper::FenceProxyAsyncShared();
