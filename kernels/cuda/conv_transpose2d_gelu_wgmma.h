@@ -36,8 +36,8 @@ bool Supports(const ConvTranspose2dParams& params, MathMode mode);
 // Whether the current device can run the kernel: compute capability 9.0
 // with this binary's sm_90a code loaded for it, and FUSESERVE_DISABLE_WGMMA
 // not set to 1 (which makes ConvTranspose2dBiasGelu pick the mma.sync
-// kernels, e.g. for compute-sanitizer racecheck: it does not follow this
-// kernel's ordering through mbarriers and reports its stage reuse as races).
+// kernels on Hopper too, so that the tests and compute-sanitizer racecheck
+// cover those there).
 absl::StatusOr<bool> AvailableOnCurrentDevice();
 
 // Floats of the weight layout: [co_tile][chunk][tap][k half][co % 64][ci % 4]
