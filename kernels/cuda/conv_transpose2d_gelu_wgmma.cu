@@ -186,10 +186,10 @@ struct Geometry {
   int64_t num_tiles;
   int span;        // TileSpan
   int quad_bytes;  // QuadBytes
-  // Row copies (0: the 4-byte gathers): the first group's pixel relative to
+  // Row copies (false: the 4-byte gathers): the first group's pixel relative to
   // the tile (RowCopyFirst), groups per channel row, the raw rows' pitch in
   // floats (4 x groups).
-  int row_copies;
+  bool row_copies;
   int raw_first;
   int raw_groups;
   int raw_pitch;
@@ -322,6 +322,21 @@ __device__ __forceinline__ unsigned InputOffsetBytes(const Geometry& g, int in_r
   return inside ? static_cast<unsigned>(in_row * g.in_width + in_column) * 4u : 0u;
 }
 
+// Moves a position on the grid (row, column) on by step_rows whole rows
+// and step_columns < padded_width columns, carrying into the next row
+// without a division. Columns count from first_column: 0 in grid
+// coordinates, -halo in input ones.
+__device__ __forceinline__ void StepGridPosition(const Geometry& g, int step_rows,
+                                                 int step_columns, int first_column, int& row,
+                                                 int& column) {
+  column += step_columns;
+  row += step_rows;
+  if (column >= g.padded_width + first_column) {
+    column -= g.padded_width;
+    ++row;
+  }
+}
+
 // The producer's 4-byte gathers: each copy transposes one float of NCHW
 // input into the stage's [quad][pixel][4 channels] layout (zeros outside the
 // image), and each thread's copies arrive on the stage's full barrier as
@@ -339,7 +354,6 @@ __device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float*
   // 8 warp + l / 4 + 64 i of the tile.
   const int channel = lane % 4;
   const int first_pixel = 8 * warp + lane / 4;
-  const int column_limit = g.padded_width - g.halo;
   const bool table = g.span <= kMaxProducerSteps * kProducerStep;
   StageRing ring;
   for (int64_t tile = blockIdx.x; tile < g.num_tiles; tile += gridDim.x) {
@@ -361,12 +375,7 @@ __device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float*
         bool inside;
         offsets[i] = InputOffsetBytes(g, in_row, in_column, inside);
         inside_mask |= static_cast<uint64_t>(inside) << i;
-        in_column += g.step_columns;
-        in_row += g.step_rows;
-        if (in_column >= column_limit) {
-          in_column -= g.padded_width;
-          ++in_row;
-        }
+        StepGridPosition(g, g.step_rows, g.step_columns, -g.halo, in_row, in_column);
       }
     }
     for (int chunk = 0; chunk < g.num_chunks; ++chunk, ring.Advance(g.stages)) {
@@ -425,12 +434,7 @@ __device__ __forceinline__ void ProduceByGathers(const Geometry& g, const float*
           CpAsync4ToShared(destination, source_0 + offset, inside && channel_valid_0);
           CpAsync4ToShared(destination + quad_bytes, source_1 + offset, inside && channel_valid_1);
           destination += kProducerStep * kCoreRowBytes;
-          in_column += g.step_columns;
-          in_row += g.step_rows;
-          if (in_column >= column_limit) {
-            in_column -= g.padded_width;
-            ++in_row;
-          }
+          StepGridPosition(g, g.step_rows, g.step_columns, -g.halo, in_row, in_column);
         }
       }
       // Each thread's copies arrive on the stage's full barrier as they land.
@@ -515,12 +519,7 @@ __device__ __forceinline__ void ProduceByRowCopies(const Geometry& g,
         offsets[i] = InputOffsetBytes(g, row - g.halo, column - g.halo, inside);
         inside_mask |= static_cast<uint32_t>(inside) << i;
         active_mask |= static_cast<uint32_t>(copy_lane + kRowCopyLanes * i < g.raw_groups) << i;
-        column += step_columns;
-        row += step_rows;
-        if (column >= g.padded_width) {
-          column -= g.padded_width;
-          ++row;
-        }
+        StepGridPosition(g, step_rows, step_columns, 0, row, column);
       }
     }
     for (int chunk = 0; chunk < g.num_chunks; ++chunk, ring.Advance(g.stages)) {
@@ -864,8 +863,8 @@ absl::Status Launch(const ConvTranspose2dParams& params, const float* input,
   // The row copies read 16-byte groups: every channel plane starts 16-byte
   // aligned when in_width % 4 == 0 and the input pointer is.
   g.row_copies = producer == Producer::kAuto && RowCopiesServe(params) && Aligned16(input);
-  g.raw_first = RowCopyFirst(params);
-  g.raw_groups = RowCopyGroups(params);
+  g.raw_first = g.row_copies ? RowCopyFirst(params) : 0;
+  g.raw_groups = g.row_copies ? RowCopyGroups(params) : 0;
   g.raw_pitch = 4 * g.raw_groups;
   g.step_rows = kProducerStep / g.padded_width;
   g.step_columns = kProducerStep % g.padded_width;
