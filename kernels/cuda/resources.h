@@ -1,7 +1,7 @@
 #pragma once
 
-// RAII owners of CUDA resources: device memory, pinned host memory, streams
-// and events. Each is created through a factory that returns a Status (no
+// RAII owners of CUDA resources: device memory, pinned host memory, streams,
+// events, and captured graphs and their executables. Each is created through a factory that returns a Status (no
 // throwing constructors), is move-only, and frees its resource on
 // destruction. Release errors at destruction cannot be reported and are
 // ignored (they only occur after a sticky device error, which the instance
@@ -10,6 +10,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -129,5 +131,16 @@ class Event {
  private:
   cudaEvent_t event_ = nullptr;
 };
+
+// A graph from stream capture and an instantiated graph, owned (what
+// cudaStreamEndCapture and cudaGraphInstantiate hand back).
+struct GraphDeleter {
+  void operator()(cudaGraph_t graph) const { cudaGraphDestroy(graph); }
+};
+struct GraphExecDeleter {
+  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
+};
+using GraphPtr = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
+using GraphExecPtr = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
 }  // namespace fuseserve::cuda

@@ -9,10 +9,6 @@
 
 namespace fuseserve {
 
-void CudaGraphCache::GraphExecDeleter::operator()(cudaGraphExec_t exec) const {
-  cudaGraphExecDestroy(exec);
-}
-
 CudaGraphCache::CudaGraphCache(size_t capacity) : capacity_(capacity) {}
 
 CudaGraphCache::~CudaGraphCache() = default;
@@ -28,6 +24,7 @@ absl::Status CudaGraphCache::Capture(cudaStream_t stream, const EnqueueFn& enque
   // Always ended, even after a failed enqueue, to take the stream out of
   // capture mode.
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  const cuda::GraphPtr graph_owner(graph);
   // Errors raised by calls the capture refused are not sticky; clear them so
   // that the plain run that follows does not report them.
   cudaGetLastError();
@@ -45,7 +42,6 @@ absl::Status CudaGraphCache::Capture(cudaStream_t stream, const EnqueueFn& enque
       status = cuda::CudaStatus(result, "cudaGraphInstantiate");
     }
   }
-  if (graph != nullptr) cudaGraphDestroy(graph);
   return status;
 }
 

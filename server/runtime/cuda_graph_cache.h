@@ -20,11 +20,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
-#include <type_traits>
 
 #include "absl/status/status.h"
 #include "common/shape.h"
+#include "kernels/cuda/resources.h"
 
 namespace fuseserve {
 
@@ -73,10 +72,7 @@ class CudaGraphCache {
   const CudaGraphStats& stats() const { return stats_; }
 
  private:
-  struct GraphExecDeleter {
-    void operator()(cudaGraphExec_t exec) const;
-  };
-  using GraphExecPtr = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
+  using GraphExecPtr = cuda::GraphExecPtr;
 
   enum class State { kSeenOnce, kCaptured, kUncapturable };
   struct Entry {

@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -341,15 +339,6 @@ TEST_F(CudaFamiliesTest, ConvFamilyMatchesFloat64Reference) {
     }
   }
 }
-
-struct GraphDeleter {
-  void operator()(cudaGraph_t graph) const { cudaGraphDestroy(graph); }
-};
-struct GraphExecDeleter {
-  void operator()(cudaGraphExec_t exec) const { cudaGraphExecDestroy(exec); }
-};
-using GraphPtr = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
-using GraphExecPtr = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 
 // The GroupNorm beside the convolution (kConcurrent) gives bitwise the
 // GroupNorm after it (kAfter), whatever the multiprocessors left to it: one,
