@@ -8,6 +8,7 @@ configurations), runs `--runs` times on one random input and synchronises;
 nothing is timed or checked here (kernel_bench.py does that)."""
 
 import argparse
+import json
 
 import torch
 
@@ -21,6 +22,9 @@ def main():
   parser.add_argument("--batch", type=int, required=True)
   parser.add_argument("--precision", default=None, help="default: the configuration's")
   parser.add_argument("--runs", type=int, default=4)
+  parser.add_argument("--pin", default=None,
+                      help="options pinning one of our algorithms, as JSON (make_ours' options), "
+                           "e.g. '{\"schedule\": \"lagged\", \"lag\": 448, \"ctas\": 2}'")
   args = parser.parse_args()
 
   torch.manual_seed(0)
@@ -33,7 +37,8 @@ def main():
       continue
     shape = (args.batch,) + tuple(shape[1:])
     module = kernel_bench.build_module(family, spec)
-    ours = kernel_bench.make_ours(capi, family, module, spec, precision, shape)
+    pinned = json.loads(args.pin) if args.pin else None
+    ours = kernel_bench.make_ours(capi, family, module, spec, precision, shape, pinned)
     x = torch.rand(shape, device="cuda")
     with torch.no_grad():
       for _ in range(args.runs):

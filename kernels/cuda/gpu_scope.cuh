@@ -22,6 +22,20 @@ __device__ __forceinline__ unsigned LoadAcquire(const unsigned* counter) {
   return value;
 }
 
+// A counter's value with no ordering of its own. Followed by
+// FenceAcquireRelease, a read of the value some releases produced makes
+// their writes visible to the reads after the fence (an acquire pattern),
+// while the load itself can be issued early and used late.
+__device__ __forceinline__ unsigned LoadRelaxed(const unsigned* counter) {
+  unsigned value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void FenceAcquireRelease() {
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void StoreRelease(int* flag, int value) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
 }

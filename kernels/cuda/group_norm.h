@@ -49,14 +49,14 @@ enum class GroupNormSchedule { kAuto, kTwoRead, kLagged };
 struct GroupNormOptions {
   GroupNormSchedule schedule = GroupNormSchedule::kAuto;
   // kLagged's lag in chunks of 8192 elements; 0 picks the default (one
-  // group's chunks + 128). Must cover one group's chunks and at most the
+  // group's chunks + 64). Must cover one group's chunks and at most the
   // tensor's. The defaults here were the fastest of the lags and residencies
-  // measured on an H200 (bench/kernel_notes.md v5).
+  // measured on an H100 (bench/kernel_notes.md v22).
   int64_t lag_chunks = 0;
-  // kLagged's CTAs resident per SM, capped through dynamic shared memory
-  // (fewer chunks in flight: the lag can be shorter before phase 2 waits);
-  // 0 leaves residency to the hardware (8 CTAs of 256 threads).
-  int lagged_ctas_per_sm = 4;
+  // kLagged's CTAs resident per SM: 3 (the default; the registers allow no
+  // more), or 1-2 for a build without spills, capped through dynamic shared
+  // memory; 0 leaves residency to the registers (3).
+  int lagged_ctas_per_sm = 3;
 };
 
 // Device scratch GroupNorm needs for `params` under any schedule (may be 0).

@@ -1,65 +1,84 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <limits>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
 #include "kernels/cuda/group_norm_lagged.h"
+#include "kernels/cuda/residency.h"
 
 // Schedule. The two-read schedule (group_norm.cu) reads the input from HBM
 // twice: once for the statistics, once to normalise. Here one kernel does
 // both, one CTA per chunk of kChunkElements, and the normalisation of a
 // chunk runs `lag` chunks after its statistics, early enough that the chunk
-// is still in L2 for its second read:
-//  - each CTA takes a ticket t (an atomic counter: tickets are handed out in
-//    the order CTAs start, so every lower ticket belongs to a CTA that is
-//    running or done);
-//  - phase 1 (t < chunks): the shifted sum and sum of squares of chunk t
-//    into partials[t], then an arrival on its group's counter; the CTA that
-//    arrives last combines the group's partials (in chunk order: the result
-//    does not depend on who is last) into its statistics and sets the
-//    group's ready flag (release);
-//  - phase 2 (t >= lag): chunk c = t - lag is normalised once its group is
-//    ready (acquire), read with evict-first loads and written with
+// is still in L2 for its second read. Each CTA takes a ticket t (an atomic
+// counter: tickets are handed out in the order CTAs start, so every lower
+// ticket belongs to a CTA that is running or done), then
+//  - loads chunk t (phase 1, from HBM) and chunk c = t - lag (phase 2, from
+//    L2) at once: chunk c does not change before this CTA writes it (in
+//    place too), so only its statistics have to wait, not its read;
+//  - sums chunk t (shifted sum and sum of squares) into partials[t] and
+//    arrives on its group's counter with a release increment, which nothing
+//    waits for (chunk 0 of each group also stores the group's shift);
+//  - once chunk c's group counter shows every chunk arrived (acquire), one
+//    warp combines the group's partials, in chunk order, into its
+//    statistics, and the CTA normalises chunk c (loaded evict-first) with
 //    streaming stores.
 // No CTA waits for a higher ticket: with lag >= chunks per group, every
 // chunk of the group that ticket t waits for has a ticket below t. So the
 // kernel cannot deadlock, whatever the residency.
 //
-// Bytes: the input once from HBM (plus what L2 drops within the lag), the
-// output once. The lag is the trade: too short, and phase 2 waits for its
-// group's last chunks; too long, and the chunk has left L2.
+// Why this shape (bench/kernel_notes.md v22). The kernel is bound by how
+// long a CTA lives, not by bytes: the earlier form (phase 2's read after
+// phase 1's, a fence and a returning atomic per arrival, the last arrival
+// publishing the statistics, per-vector channel arithmetic) ran at 2.2 TB/s
+// even with its waits removed. Both reads at once, an arrival nothing waits
+// for, whole-chunk fast paths and 3 CTAs per SM took the reference shape
+// from 6.75 to ~6.0 ms on an H100.
 //
-// Numerics are the two-read schedule's (group_norm.cu): values shifted by
-// the group's first value, at most 4 added in float before double, the
-// partials combined in double, the mean carried as hi + lo.
+// Bytes: the input once from HBM (plus what L2 drops within the lag), the
+// output once. Numerics are the two-read schedule's (group_norm.cu): values
+// shifted by the group's first value, at most 4 added in float before
+// double, the partials combined in double in chunk order, the mean carried
+// as hi + lo: bitwise the same output.
 
 namespace fuseserve::cuda::group_norm_detail {
 namespace {
 
+using gpu_scope::FenceAcquireRelease;
+using gpu_scope::IncrementRelease;
 using gpu_scope::LoadAcquire;
-using gpu_scope::StoreRelease;
+using gpu_scope::LoadRelaxed;
 
 // Past one group's chunks, how many more tickets the lag spans by default:
-// 4 MiB of chunks. Measured on an H200 at the reference shape (one group is
-// 256 chunks): lags of 288 / 384 / 512 / 768 chunks ran 5.15 / 5.00 / 5.50
-// / 5.49 ms, the two-read schedule 5.30 (bench/kernel_notes.md v5).
-constexpr int64_t kLagSlackChunks = 128;
+// 2 MiB of chunks. Measured on an H100 at the reference shape (one group is
+// 256 chunks, 3 CTAs per SM): lags of 256 / 288 / 320 / 352 / 384 / 448
+// chunks ran 6.09 / 6.05 / 6.05 / 6.04 / 6.17 / 6.46 ms (bench/kernel_notes.md
+// v22): a shorter lag keeps more second reads in L2, a longer one waits
+// less for the group.
+constexpr int64_t kLagSlackChunks = 64;
 
+// The warp that works out phase 2's statistics.
+constexpr int kStatsWarp = 1;
+
+// Each group's arrival counter on its own 128-byte line: the counters are
+// polled and incremented by hundreds of CTAs at once.
+constexpr int64_t kCounterStride = 32;
+
+// Scratch: partials (double2 per chunk), each group's shift (float), then
+// the counters each launch zeroes, kCounterStride apart: arrivals per group,
+// then the ticket.
 struct LaggedLayout {
   GroupGeometry geometry;
-  size_t partials_offset = 0;  // double2 per chunk
-  size_t stats_offset = 0;     // float4 per group
-  size_t counters_offset = 0;  // int32 arrivals and ready per group, then the ticket
+  size_t partials_offset = 0;
+  size_t shifts_offset = 0;
+  size_t counters_offset = 0;
   size_t counters_bytes = 0;
   size_t total_bytes = 0;
 };
@@ -71,10 +90,12 @@ LaggedLayout Layout(const GroupNormParams& p) {
   layout.geometry = Geometry(p);
   const auto groups = static_cast<size_t>(layout.geometry.total_groups);
   layout.partials_offset = 0;
-  layout.stats_offset =
+  layout.shifts_offset =
       RoundUp16(static_cast<size_t>(layout.geometry.total_chunks) * sizeof(double2));
-  layout.counters_offset = layout.stats_offset + groups * sizeof(float4);
-  layout.counters_bytes = RoundUp16((2 * groups + 1) * 4);
+  // A whole line per counter (a cudaMalloc'd workspace is 256-byte aligned).
+  layout.counters_offset = (layout.shifts_offset + groups * sizeof(float) + 127) / 128 * 128;
+  layout.counters_bytes =
+      (groups + 1) * static_cast<size_t>(kCounterStride) * sizeof(unsigned int);
   layout.total_bytes = layout.counters_offset + layout.counters_bytes;
   return layout;
 }
@@ -93,155 +114,197 @@ struct LaggedArgs {
   int64_t spatial_size;
   float eps;
   double2* partials;
-  float4* stats;
-  int* arrivals;
-  int* ready;
+  float* shifts;
+  unsigned int* arrivals;
   unsigned int* ticket;
 };
 
+// A chunk's float4 vectors as this thread reads them (thread i holds
+// vectors i, i + kThreads, ...).
+struct ChunkVectorsOfThread {
+  float4 v[kVectorsPerThread];
+};
+
+// float4 vectors of the chunk that starts at element `begin` of its group.
+__device__ __forceinline__ int ChunkVectorCount(const LaggedArgs& a, int64_t begin) {
+  return static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4);
+}
+
+// Loads chunk `chunk` of the tensor: ordinary loads for its first read (not
+// __ldg: with output == input, other CTAs write this tensor), evict-first
+// for its last.
+template <bool kLastUse>
+__device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
+                                          ChunkVectorsOfThread& loaded) {
+  const int64_t group = chunk / a.chunks_per_group;
+  const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
+  const int count = ChunkVectorCount(a, begin);
+  const float4* vectors = reinterpret_cast<const float4*>(a.input + group * a.group_size + begin);
+  if (count == kThreads * kVectorsPerThread) {  // a whole chunk: no bounds
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
+    }
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVectorsPerThread; ++i) {
+    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (index < count) loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
+  }
+}
+
+// Phase 1 for chunk `t`: its partial, then the arrival. Block-uniform;
+// synchronises the block (BlockSum2).
 template <bool kGelu>
-__global__ void __launch_bounds__(kThreads) LaggedGroupNormKernel(LaggedArgs a) {
-  __shared__ unsigned int ticket;
-  __shared__ bool last_arrival;
+__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t,
+                                         const ChunkVectorsOfThread& loaded) {
+  const int64_t group = t / a.chunks_per_group;
+  const int64_t chunk_in_group = t - group * a.chunks_per_group;
+  const int64_t begin = chunk_in_group * kChunkElements;
+  const int count = ChunkVectorCount(a, begin);
+  // The group's first value: this group is not normalised (in place) before
+  // every chunk of it has arrived, this one included.
+  const float shift = Prologue<kGelu>(a.input[group * a.group_size]);
+  double sum = 0.0;
+  double sum_squares = 0.0;
+  if (count == kThreads * kVectorsPerThread) {
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      if (index < count) AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
+    }
+  }
+  const double2 total = BlockSum2(sum, sum_squares);
+  if (threadIdx.x == 0) {
+    if (chunk_in_group == 0) a.shifts[group] = shift;
+    a.partials[t] = total;
+    // Release: the partial (and shift) are visible to whoever acquires the
+    // count that includes this arrival.
+    IncrementRelease(a.arrivals + group * kCounterStride);
+  }
+}
+
+// By one warp: group `group`'s statistics (PackStats), valid in every lane,
+// once every chunk of the group has arrived. `early_count` is each lane's
+// relaxed read of the group's counter, issued before the CTA's own sum: if
+// it shows every chunk arrived, a fence makes it an acquire and the wait
+// costs no round trip; otherwise the warp polls with acquire loads.
+__device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
+                                             unsigned int early_count) {
+  const auto chunks = static_cast<unsigned int>(a.chunks_per_group);
+  const unsigned int* arrivals = a.arrivals + group * kCounterStride;
+  if (__all_sync(0xffffffffu, early_count == chunks)) {
+    FenceAcquireRelease();
+  } else {
+    unsigned int backoff = 32;
+    while (!__all_sync(0xffffffffu, LoadAcquire(arrivals) == chunks)) {
+      __nanosleep(backoff);
+      backoff = min(backoff * 2, 256u);
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  double group_sum = 0.0;
+  double group_squares = 0.0;
+  for (int64_t chunk = lane; chunk < a.chunks_per_group; chunk += 32) {
+    const double2 partial = __ldcg(a.partials + group * a.chunks_per_group + chunk);
+    group_sum += partial.x;
+    group_squares += partial.y;
+  }
+  group_sum = WarpSum(group_sum);
+  group_squares = WarpSum(group_squares);
+  const double n = static_cast<double>(a.group_size);
+  const double shifted_mean = group_sum / n;
+  const double variance = ClampVariance(group_squares / n - shifted_mean * shifted_mean);
+  return PackStats(static_cast<double>(__ldcg(a.shifts + group)) + shifted_mean, variance, a.eps);
+}
+
+// Phase 2 for chunk `c`, loaded by LoadChunk<true>, with its group's `stats`.
+template <bool kGelu>
+__device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, float4 stats,
+                                               const ChunkVectorsOfThread& loaded) {
+  const int64_t group = c / a.chunks_per_group;
+  const float mean_hi = stats.x;
+  const float mean_lo = stats.y;
+  const float rstd = stats.z;
+  const int64_t begin = (c - group * a.chunks_per_group) * kChunkElements;
+  const int count = ChunkVectorCount(a, begin);
+  const int64_t first_channel = (group % a.num_groups) * a.channels_per_group;
+  float4* out = reinterpret_cast<float4*>(a.output + group * a.group_size + begin);
+  // A whole chunk within one channel (the usual case: channels of at least
+  // a chunk's elements): one scale and shift for all of it.
+  if (count == kThreads * kVectorsPerThread &&
+      begin / a.spatial_size == (begin + kChunkElements - 1) / a.spatial_size) {
+    const int64_t channel = first_channel + begin / a.spatial_size;
+    const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
+    const float shift = LoadOr(a.bias, channel, 0.0f);
+#pragma unroll
+    for (int i = 0; i < kVectorsPerThread; ++i) {
+      __stcs(out + threadIdx.x + i * kThreads,
+             Normalize4<kGelu>(loaded.v[i], mean_hi, mean_lo, scale, shift));
+    }
+    return;
+  }
+  // 32-bit division whenever the group allows it.
+  const bool narrow = a.group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
+#pragma unroll
+  for (int i = 0; i < kVectorsPerThread; ++i) {
+    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (index < count) {
+      const int64_t offset = begin + int64_t{index} * 4;
+      const int64_t channel =
+          first_channel + (narrow ? static_cast<int64_t>(static_cast<uint32_t>(offset) /
+                                                         static_cast<uint32_t>(a.spatial_size))
+                                  : offset / a.spatial_size);
+      const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
+      __stcs(out + index, Normalize4<kGelu>(loaded.v[i], mean_hi, mean_lo, scale,
+                                            LoadOr(a.bias, channel, 0.0f)));
+    }
+  }
+}
+
+// Ticket t's work: sum chunk t, normalise chunk t - lag. Block-uniform.
+template <bool kGelu>
+__device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t) {
   __shared__ float4 group_stats;
+  const bool has_sum = t < a.total_chunks;
+  const bool has_normalize = t >= a.lag;
+  const int64_t c = t - a.lag;
+  ChunkVectorsOfThread to_sum;
+  ChunkVectorsOfThread to_normalize;
+  if (has_sum) LoadChunk<false>(a, t, to_sum);
+  if (has_normalize) LoadChunk<true>(a, c, to_normalize);
+  const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
+  const int64_t group = c / a.chunks_per_group;
+  const unsigned int early_count =
+      stats_warp ? LoadRelaxed(a.arrivals + group * kCounterStride) : 0;
+  if (has_sum) SumChunk<kGelu>(a, t, to_sum);
+  if (has_normalize) {
+    if (stats_warp) {
+      const float4 stats = GroupStats(a, group, early_count);
+      if (threadIdx.x % 32 == 0) group_stats = stats;
+    }
+    __syncthreads();
+    NormalizeChunk<kGelu>(a, c, group_stats, to_normalize);
+  }
+}
+
+// One CTA per ticket. Both chunks are held in registers at once: the build
+// for 3 CTAs per SM (the default) is held to 80 registers (spilling 4-8
+// bytes); the one for 2 to 128. Unbounded it would take 152: one CTA per
+// SM.
+template <bool kGelu, int kMinCtasPerSm>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
+  __shared__ unsigned int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(a.ticket, 1u);
   __syncthreads();
-  const int64_t t = ticket;
-
-  if (t < a.total_chunks) {
-    const int64_t group = t / a.chunks_per_group;
-    const int64_t begin = (t - group * a.chunks_per_group) * kChunkElements;
-    const int count = static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4);
-    const float* x = a.input + group * a.group_size;
-    // Not __ldg: with output == input, other CTAs write this tensor.
-    const float shift = Prologue<kGelu>(x[0]);
-    const float4* vectors = reinterpret_cast<const float4*>(x + begin);
-    float4 loaded[kVectorsPerThread];
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) loaded[i] = vectors[index];
-    }
-    double sum = 0.0;
-    double sum_squares = 0.0;
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
-    }
-    const double2 total = BlockSum2(sum, sum_squares);
-    if (threadIdx.x == 0) {
-      a.partials[t] = total;
-      __threadfence();
-      last_arrival = atomicAdd(a.arrivals + group, 1) == a.chunks_per_group - 1;
-    }
-    __syncthreads();
-    if (last_arrival && threadIdx.x < 32) {
-      __threadfence();
-      const int lane = static_cast<int>(threadIdx.x);
-      double group_sum = 0.0;
-      double group_squares = 0.0;
-      for (int64_t chunk = lane; chunk < a.chunks_per_group; chunk += 32) {
-        const double2 partial = __ldcg(a.partials + group * a.chunks_per_group + chunk);
-        group_sum += partial.x;
-        group_squares += partial.y;
-      }
-      group_sum = WarpSum(group_sum);
-      group_squares = WarpSum(group_squares);
-      if (lane == 0) {
-        const double n = static_cast<double>(a.group_size);
-        const double shifted_mean = group_sum / n;
-        const double variance = ClampVariance(group_squares / n - shifted_mean * shifted_mean);
-        a.stats[group] = PackStats(static_cast<double>(shift) + shifted_mean, variance, a.eps);
-        __threadfence();
-        StoreRelease(a.ready + group, 1);
-      }
-    }
-  }
-
-  if (t >= a.lag) {
-    const int64_t c = t - a.lag;
-    const int64_t group = c / a.chunks_per_group;
-    if (threadIdx.x == 0) {
-      while (LoadAcquire(a.ready + group) == 0) __nanosleep(64);
-      group_stats = __ldcg(a.stats + group);
-    }
-    __syncthreads();
-    const float mean_hi = group_stats.x;
-    const float mean_lo = group_stats.y;
-    const float rstd = group_stats.z;
-    const int64_t begin = (c - group * a.chunks_per_group) * kChunkElements;
-    const int count = static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4);
-    const int64_t base = group * a.group_size + begin;
-    const int64_t first_channel = (group % a.num_groups) * a.channels_per_group;
-    const float4* in = reinterpret_cast<const float4*>(a.input + base);
-    float4* out = reinterpret_cast<float4*>(a.output + base);
-    float4 loaded[kVectorsPerThread];
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) loaded[i] = __ldcs(in + index);
-    }
-    // 32-bit division whenever the group allows it.
-    const bool narrow = a.group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) {
-        const int64_t offset = begin + int64_t{index} * 4;
-        const int64_t channel =
-            first_channel + (narrow ? static_cast<int64_t>(static_cast<uint32_t>(offset) /
-                                                           static_cast<uint32_t>(a.spatial_size))
-                                    : offset / a.spatial_size);
-        const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
-        __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale,
-                                              LoadOr(a.bias, channel, 0.0f)));
-      }
-    }
-  }
-}
-
-// Dynamic shared memory a launch may ask for without opting in.
-constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
-
-// Shared memory per SM of `device`, read once per device (launches are on
-// the per-batch path).
-absl::StatusOr<int> SharedMemoryPerSm(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::atomic<int>, kMaxDevices> cache{};
-  if (device >= 0 && device < kMaxDevices) {
-    const int cached = cache[device].load(std::memory_order_relaxed);
-    if (cached > 0) return cached;
-  }
-  int per_sm = 0;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
-      "shared memory per SM"));
-  if (device >= 0 && device < kMaxDevices) cache[device].store(per_sm, std::memory_order_relaxed);
-  return per_sm;
-}
-
-// Raises `kernel`'s dynamic shared-memory limit on `device` to at least
-// `bytes`, calling the runtime only when a launch needs more than was set
-// before (once per device and variant in practice: launches are on the
-// per-batch path).
-absl::Status OptInDynamicShared(const void* kernel, bool gelu, int device, int bytes) {
-  constexpr int kMaxDevices = 64;
-  static std::array<std::array<std::atomic<int>, kMaxDevices>, 2> opted_in{};
-  const bool cacheable = device >= 0 && device < kMaxDevices;
-  if (cacheable && opted_in[gelu ? 1 : 0][device].load(std::memory_order_relaxed) >= bytes) {
-    return absl::OkStatus();
-  }
-  RETURN_IF_ERROR(
-      CudaStatus(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                 "GroupNorm (lagged) shared memory cap"));
-  if (cacheable) {
-    std::atomic<int>& slot = opted_in[gelu ? 1 : 0][device];
-    int seen = slot.load(std::memory_order_relaxed);
-    while (seen < bytes && !slot.compare_exchange_weak(seen, bytes, std::memory_order_relaxed)) {
-    }
-  }
-  return absl::OkStatus();
+  RunTicket<kGelu>(a, ticket);
 }
 
 }  // namespace
@@ -268,7 +331,7 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
                                    cudaStream_t stream) {
   const LaggedLayout layout = Layout(params);
   char* base = static_cast<char*>(workspace);
-  auto* counters = reinterpret_cast<int*>(base + layout.counters_offset);
+  auto* counters = reinterpret_cast<unsigned int*>(base + layout.counters_offset);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(counters, 0, layout.counters_bytes, stream),
                              "GroupNorm counters memset"));
   LaggedArgs args{};
@@ -285,29 +348,16 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   args.spatial_size = params.spatial_size;
   args.eps = params.eps;
   args.partials = reinterpret_cast<double2*>(base + layout.partials_offset);
-  args.stats = reinterpret_cast<float4*>(base + layout.stats_offset);
+  args.shifts = reinterpret_cast<float*>(base + layout.shifts_offset);
   args.arrivals = counters;
-  args.ready = counters + layout.geometry.total_groups;
-  args.ticket = reinterpret_cast<unsigned int*>(counters + 2 * layout.geometry.total_groups);
+  args.ticket = counters + layout.geometry.total_groups * kCounterStride;
   const auto blocks = static_cast<unsigned int>(layout.geometry.total_chunks + lag_chunks);
-  auto* kernel = params.prologue == GroupNormPrologue::kGeluErf ? LaggedGroupNormKernel<true>
-                                                                : LaggedGroupNormKernel<false>;
-  size_t shared_bytes = 0;
-  if (ctas_per_sm > 0) {
-    int device = 0;
-    RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
-    ASSIGN_OR_RETURN(const int per_sm, SharedMemoryPerSm(device));
-    // Each CTA also holds its static shared memory and 1 KiB the system
-    // reserves per CTA; the rest is padding that keeps the next CTA out.
-    constexpr size_t kPerCtaOverhead = 2048;
-    const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
-    shared_bytes = share > kPerCtaOverhead ? share - kPerCtaOverhead : 0;
-    if (shared_bytes > kDefaultDynamicSharedLimit) {
-      RETURN_IF_ERROR(OptInDynamicShared(reinterpret_cast<const void*>(kernel),
-                                         params.prologue == GroupNormPrologue::kGeluErf, device,
-                                         static_cast<int>(shared_bytes)));
-    }
-  }
+  const bool gelu = params.prologue == GroupNormPrologue::kGeluErf;
+  auto* kernel = ctas_per_sm == 1 || ctas_per_sm == 2
+                     ? (gelu ? LaggedGroupNormKernel<true, 2> : LaggedGroupNormKernel<false, 2>)
+                     : (gelu ? LaggedGroupNormKernel<true, 3> : LaggedGroupNormKernel<false, 3>);
+  ASSIGN_OR_RETURN(const size_t shared_bytes,
+                   ResidencyPadding(reinterpret_cast<const void*>(kernel), ctas_per_sm));
   kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
   return CudaStatus(cudaGetLastError(), "GroupNorm (lagged) kernel launch");
 }

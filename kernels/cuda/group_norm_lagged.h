@@ -26,14 +26,15 @@ bool LaggedEligible(const GroupNormParams& params, const float* input, const flo
 // CTAs that started at least that many tickets earlier).
 int64_t DefaultLagChunks(const GroupNormParams& params);
 
-// Scratch: per-chunk partials, per-group statistics, and the counters that
-// the launch zeroes (arrivals, ready flags, the ticket).
+// Scratch: per-chunk partials, per-group shifts, and the counters that the
+// launch zeroes (arrivals per group, the ticket).
 size_t LaggedWorkspaceBytes(const GroupNormParams& params);
 
 // Enqueues the memset of the counters and the kernel; `params` validated,
 // LaggedEligible true, workspace 16-byte aligned. ctas_per_sm > 0 caps the
 // CTAs resident per SM (through dynamic shared memory the kernel does not
-// use); 0 leaves it to the hardware.
+// use): 1 or 2 run a build of 128 registers, anything else one of 80 (3
+// CTAs per SM).
 absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* input,
                                    const float* weight, const float* bias, float* output,
                                    void* workspace, int64_t lag_chunks, int ctas_per_sm,

@@ -288,10 +288,12 @@ TEST_F(CudaGroupNormTest, IsDeterministic) {
   EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0);
 }
 
-GroupNormOptions Pinned(GroupNormSchedule schedule, int64_t lag_chunks = 0) {
+GroupNormOptions Pinned(GroupNormSchedule schedule, int64_t lag_chunks = 0,
+                        int lagged_ctas_per_sm = GroupNormOptions{}.lagged_ctas_per_sm) {
   GroupNormOptions options;
   options.schedule = schedule;
   options.lag_chunks = lag_chunks;
+  options.lagged_ctas_per_sm = lagged_ctas_per_sm;
   return options;
 }
 
@@ -331,7 +333,9 @@ TEST_F(CudaGroupNormTest, LaggedAndTwoReadSchedulesAgreeBitForBit) {
 
 // The lag's two bounds: one group's chunks (the wait targets the group just
 // read) and the whole tensor (every chunk summed before any is normalised);
-// out of place and in place, on groups of several chunks.
+// out of place and in place, on groups of several chunks; with both
+// register builds (3 CTAs per SM, the default, and 1-2) and residency left
+// to the registers (0).
 TEST_F(CudaGroupNormTest, LaggedScheduleIsExactAtItsShortestAndLongestLag) {
   const Case c{3, 64, {64, 72}, 8};  // groups of 36864 elements: 5 chunks, 24 groups
   const int64_t per_group = ChunksPerGroup(c);
@@ -346,12 +350,14 @@ TEST_F(CudaGroupNormTest, LaggedScheduleIsExactAtItsShortestAndLongestLag) {
       CompareToReference(two_read, Reference(c, GroupNormPrologue::kNone, input, weight, bias));
   EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
   for (int64_t lag : {per_group, per_group + 1, total - 1, total}) {
-    for (bool in_place : {false, true}) {
-      SCOPED_TRACE(absl::StrCat("lag ", lag, in_place ? " in place" : ""));
-      const std::vector<float> lagged = Run(c.params(), input, weight, bias, in_place, 0,
-                                            Pinned(GroupNormSchedule::kLagged, lag));
-      ASSERT_EQ(lagged.size(), two_read.size());
-      EXPECT_EQ(std::memcmp(lagged.data(), two_read.data(), lagged.size() * sizeof(float)), 0);
+    for (int ctas : {3, 2, 1, 0}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(absl::StrCat("lag ", lag, " ctas ", ctas, in_place ? " in place" : ""));
+        const std::vector<float> lagged = Run(c.params(), input, weight, bias, in_place, 0,
+                                              Pinned(GroupNormSchedule::kLagged, lag, ctas));
+        ASSERT_EQ(lagged.size(), two_read.size());
+        EXPECT_EQ(std::memcmp(lagged.data(), two_read.data(), lagged.size() * sizeof(float)), 0);
+      }
     }
   }
 }

@@ -1,0 +1,61 @@
+#include "kernels/cuda/residency.h"
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace fuseserve::cuda {
+namespace {
+
+// Dynamic shared memory a launch may ask for without opting in.
+constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
+
+// Each CTA also holds its static shared memory and the 1 KiB the system
+// reserves per CTA; the rest of its share is padding.
+constexpr size_t kPerCtaOverhead = 2048;
+
+// The limit each (kernel, device) was raised to.
+class OptInCache {
+ public:
+  absl::Status Ensure(const void* kernel, int device, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t& raised = raised_[{kernel, device}];
+    if (raised >= bytes) return absl::OkStatus();
+    RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(kernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(bytes)),
+                               "dynamic shared memory limit for a residency cap"));
+    raised = bytes;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::pair<const void*, int>, size_t> raised_;
+};
+
+}  // namespace
+
+absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm) {
+  if (ctas_per_sm <= 0) return size_t{0};
+  int device = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
+  int per_sm = 0;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+      "shared memory per SM"));
+  const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
+  const size_t padding = share > kPerCtaOverhead ? share - kPerCtaOverhead : 0;
+  if (padding > kDefaultDynamicSharedLimit) {
+    static OptInCache* cache = new OptInCache;  // never destroyed: used until exit
+    RETURN_IF_ERROR(cache->Ensure(kernel, device, padding));
+  }
+  return padding;
+}
+
+}  // namespace fuseserve::cuda

@@ -1,0 +1,21 @@
+#pragma once
+
+// Capping how many CTAs of a kernel run per SM, through dynamic shared
+// memory the kernel does not use (the GroupNorm one-read schedules: fewer
+// chunks in flight keep their second reads in L2). Internal to the CUDA
+// backend.
+
+#include <cstddef>
+
+#include "absl/status/statusor.h"
+
+namespace fuseserve::cuda {
+
+// The dynamic shared memory to launch `kernel` with on the current device so
+// that at most `ctas_per_sm` of its CTAs fit on one SM; 0 for ctas_per_sm 0
+// (no cap). Raises the kernel's dynamic shared-memory limit when the padding
+// needs more than the default 48 KiB, calling the runtime once per kernel
+// and device (launches are on the per-batch path).
+absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm);
+
+}  // namespace fuseserve::cuda
