@@ -2,10 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
-#include <utility>
-
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -18,26 +14,6 @@ constexpr size_t kDefaultDynamicSharedLimit = 48 * 1024;
 // Each CTA also holds its static shared memory and the 1 KiB the system
 // reserves per CTA; the rest of its share is padding.
 constexpr size_t kPerCtaOverhead = 2048;
-
-// The limit each (kernel, device) was raised to.
-class OptInCache {
- public:
-  absl::Status Ensure(const void* kernel, int device, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    size_t& raised = raised_[{kernel, device}];
-    if (raised >= bytes) return absl::OkStatus();
-    RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(kernel,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(bytes)),
-                               "dynamic shared memory limit for a residency cap"));
-    raised = bytes;
-    return absl::OkStatus();
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::pair<const void*, int>, size_t> raised_;
-};
 
 }  // namespace
 
@@ -52,8 +28,12 @@ absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm) {
   const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
   const size_t padding = share > kPerCtaOverhead ? share - kPerCtaOverhead : 0;
   if (padding > kDefaultDynamicSharedLimit) {
-    static OptInCache* cache = new OptInCache;  // never destroyed: used until exit
-    RETURN_IF_ERROR(cache->Ensure(kernel, device, padding));
+    // As the convolution launchers do for their stages: set on every launch
+    // (a host-side attribute write, cheap beside the launch).
+    RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(kernel,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(padding)),
+                               "dynamic shared memory limit for a residency cap"));
   }
   return padding;
 }

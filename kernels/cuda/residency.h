@@ -14,8 +14,7 @@ namespace fuseserve::cuda {
 // The dynamic shared memory to launch `kernel` with on the current device so
 // that at most `ctas_per_sm` of its CTAs fit on one SM; 0 for ctas_per_sm 0
 // (no cap). Raises the kernel's dynamic shared-memory limit when the padding
-// needs more than the default 48 KiB, calling the runtime once per kernel
-// and device (launches are on the per-batch path).
+// needs more than the default 48 KiB.
 absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm);
 
 }  // namespace fuseserve::cuda
