@@ -18,6 +18,17 @@ __device__ __forceinline__ void CpAsync16(float* shared, const float* global, bo
                : "memory");
 }
 
+// CpAsync16 of data read for the last time: the L2 lines it reads are the
+// first evicted (an L2 evict-first policy, as ld.global.cs gives a load).
+__device__ __forceinline__ void CpAsync16LastUse(float* shared, const float* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(address),
+               "l"(global), "l"(policy)
+               : "memory");
+}
+
 // 4-byte cp.async (for rows that are not 16-byte aligned); zeros when !valid.
 __device__ __forceinline__ void CpAsync4(float* shared, const float* global, bool valid) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));

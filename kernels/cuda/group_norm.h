@@ -51,12 +51,14 @@ struct GroupNormOptions {
   // kLagged's lag in chunks of 8192 elements; 0 picks the default (one
   // group's chunks + 64). Must cover one group's chunks and at most the
   // tensor's. The defaults here were the fastest of the lags and residencies
-  // measured on an H100 (bench/kernel_notes.md v22).
+  // measured on an H100 (bench/kernel_notes.md v24).
   int64_t lag_chunks = 0;
-  // kLagged's CTAs resident per SM: 3 (the default; the registers allow no
-  // more), or 1-2 for a build without spills, capped through dynamic shared
-  // memory; 0 leaves residency to the registers (3).
-  int lagged_ctas_per_sm = 3;
+  // kLagged's CTAs resident per SM and the build that runs them: 4 (the
+  // default: the chunk to normalise staged in shared memory, 64 registers;
+  // the registers allow no more, so 0 or more than 4 run the same), 3 (both
+  // chunks in registers, 80 registers) or 1-2 (128 registers, no spills),
+  // capped through dynamic shared memory.
+  int lagged_ctas_per_sm = 4;
 };
 
 // Device scratch GroupNorm needs for `params` under any schedule (may be 0).

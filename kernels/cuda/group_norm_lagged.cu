@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
@@ -22,7 +23,11 @@
 // ticket belongs to a CTA that is running or done), then
 //  - loads chunk t (phase 1, from HBM) and chunk c = t - lag (phase 2, from
 //    L2) at once: chunk c does not change before this CTA writes it (in
-//    place too), so only its statistics have to wait, not its read;
+//    place too), so only its statistics have to wait, not its read. Chunk t
+//    goes to registers; chunk c, in the default build, to shared memory by
+//    cp.async (each thread copies, and later reads back, its own vectors),
+//    so that a CTA waiting for its group holds few registers and 4 CTAs fit
+//    per SM;
 //  - sums chunk t (shifted sum and sum of squares) into partials[t] and
 //    arrives on its group's counter with a release increment, which nothing
 //    waits for (chunk 0 of each group also stores the group's shift);
@@ -40,7 +45,9 @@
 // publishing the statistics, per-vector channel arithmetic) ran at 2.2 TB/s
 // even with its waits removed. Both reads at once, an arrival nothing waits
 // for, whole-chunk fast paths and 3 CTAs per SM took the reference shape
-// from 6.75 to ~6.0 ms on an H100.
+// from 6.75 to ~6.0 ms on an H100; staging chunk c in shared memory (4 CTAs
+// per SM at 64 registers, no spills), read evict-first, to ~5.65 ms (v24):
+// a fourth CTA covers much of the wait for the group.
 //
 // Bytes: the input once from HBM (plus what L2 drops within the lag), the
 // output once. Numerics are the two-read schedule's (group_norm.cu): values
@@ -58,14 +65,20 @@ using gpu_scope::LoadRelaxed;
 
 // Past one group's chunks, how many more tickets the lag spans by default:
 // 2 MiB of chunks. Measured on an H100 at the reference shape (one group is
-// 256 chunks, 3 CTAs per SM): lags of 256 / 288 / 320 / 352 / 384 / 448
-// chunks ran 6.09 / 6.05 / 6.05 / 6.04 / 6.17 / 6.46 ms (bench/kernel_notes.md
-// v22): a shorter lag keeps more second reads in L2, a longer one waits
-// less for the group.
+// 256 chunks, the staged build at 4 CTAs per SM, chunk c read evict-first):
+// lags of 256 / 288 / 320 / 352 / 384 / 448 chunks ran 5.74 / 5.68 / 5.65 /
+// 5.65 / 5.69 / 5.92 ms (bench/kernel_notes.md v24): a shorter lag keeps
+// more second reads in L2, a longer one waits less for the group.
 constexpr int64_t kLagSlackChunks = 64;
 
 // The warp that works out phase 2's statistics.
 constexpr int kStatsWarp = 1;
+
+// The kernel's builds, by the CTAs per SM their registers allow: 2 (128
+// registers) and 3 (80) hold both chunks in registers; 4 (64, the default)
+// stages the chunk to normalise in kStagedBytes of shared memory.
+constexpr int kStagedMinCtasPerSm = 4;
+constexpr size_t kStagedBytes = sizeof(float4) * kThreads * kVectorsPerThread;
 
 // Each group's arrival counter on its own 128-byte line: the counters are
 // polled and incremented by hundreds of CTAs at once.
@@ -130,17 +143,27 @@ __device__ __forceinline__ int ChunkVectorCount(const LaggedArgs& a, int64_t beg
   return static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4);
 }
 
+// Where chunk `chunk` of the tensor lies: its first float4 and how many.
+struct ChunkSpan {
+  const float* first;
+  int count;
+};
+
+__device__ __forceinline__ ChunkSpan SpanOf(const LaggedArgs& a, int64_t chunk) {
+  const int64_t group = chunk / a.chunks_per_group;
+  const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
+  return {a.input + group * a.group_size + begin, ChunkVectorCount(a, begin)};
+}
+
 // Loads chunk `chunk` of the tensor: ordinary loads for its first read (not
 // __ldg: with output == input, other CTAs write this tensor), evict-first
 // for its last.
 template <bool kLastUse>
 __device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
                                           ChunkVectorsOfThread& loaded) {
-  const int64_t group = chunk / a.chunks_per_group;
-  const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
-  const int count = ChunkVectorCount(a, begin);
-  const float4* vectors = reinterpret_cast<const float4*>(a.input + group * a.group_size + begin);
-  if (count == kThreads * kVectorsPerThread) {  // a whole chunk: no bounds
+  const ChunkSpan span = SpanOf(a, chunk);
+  const float4* vectors = reinterpret_cast<const float4*>(span.first);
+  if (span.count == kThreads * kVectorsPerThread) {  // a whole chunk: no bounds
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       const int index = static_cast<int>(threadIdx.x) + i * kThreads;
@@ -151,7 +174,35 @@ __device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
 #pragma unroll
   for (int i = 0; i < kVectorsPerThread; ++i) {
     const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (index < count) loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
+    if (index < span.count) loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
+  }
+}
+
+// The staged build's last read of chunk `chunk`: this thread's vectors
+// copied (evict-first) to the same places of `staged`, one cp.async group.
+__device__ __forceinline__ void StageChunk(const LaggedArgs& a, int64_t chunk, float4* staged) {
+  const ChunkSpan span = SpanOf(a, chunk);
+#pragma unroll
+  for (int i = 0; i < kVectorsPerThread; ++i) {
+    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (index < span.count) {
+      CpAsync16LastUse(reinterpret_cast<float*>(staged + index), span.first + int64_t{index} * 4);
+    }
+  }
+  CpAsyncCommit();
+}
+
+// This thread's vectors of a chunk StageChunk copied: waits for its copies
+// (no barrier: no thread reads another's vectors).
+__device__ __forceinline__ void UnstageChunk(const LaggedArgs& a, int64_t chunk,
+                                             const float4* staged,
+                                             ChunkVectorsOfThread& loaded) {
+  const int count = SpanOf(a, chunk).count;
+  CpAsyncWait<0>();
+#pragma unroll
+  for (int i = 0; i < kVectorsPerThread; ++i) {
+    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (index < count) loaded.v[i] = staged[index];
   }
 }
 
@@ -269,9 +320,10 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
   }
 }
 
-// Ticket t's work: sum chunk t, normalise chunk t - lag. Block-uniform.
-template <bool kGelu>
-__device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t) {
+// Ticket t's work: sum chunk t, normalise chunk t - lag (held in `staged`
+// in the staged build). Block-uniform.
+template <bool kGelu, bool kStaged>
+__device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4* staged) {
   __shared__ float4 group_stats;
   const bool has_sum = t < a.total_chunks;
   const bool has_normalize = t >= a.lag;
@@ -279,7 +331,13 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t) {
   ChunkVectorsOfThread to_sum;
   ChunkVectorsOfThread to_normalize;
   if (has_sum) LoadChunk<false>(a, t, to_sum);
-  if (has_normalize) LoadChunk<true>(a, c, to_normalize);
+  if (has_normalize) {
+    if constexpr (kStaged) {
+      StageChunk(a, c, staged);
+    } else {
+      LoadChunk<true>(a, c, to_normalize);
+    }
+  }
   const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
   const int64_t group = c / a.chunks_per_group;
   const unsigned int early_count =
@@ -291,20 +349,38 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t) {
       if (threadIdx.x % 32 == 0) group_stats = stats;
     }
     __syncthreads();
+    if constexpr (kStaged) UnstageChunk(a, c, staged, to_normalize);
     NormalizeChunk<kGelu>(a, c, group_stats, to_normalize);
   }
 }
 
-// One CTA per ticket. Both chunks are held in registers at once: the build
-// for 3 CTAs per SM (the default) is held to 80 registers (spilling 4-8
-// bytes); the one for 2 to 128. Unbounded it would take 152: one CTA per
-// SM.
+// One CTA per ticket, kMinCtasPerSm of them per SM by its registers: the
+// builds for 2 (128 registers) and 3 (80, spilling 4-8 bytes) hold both
+// chunks in registers (unbounded they would take 152: one CTA per SM); the
+// one for 4 (64, no spills) stages the chunk to normalise in kStagedBytes of
+// dynamic shared memory.
 template <bool kGelu, int kMinCtasPerSm>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
+  constexpr bool kStaged = kMinCtasPerSm >= kStagedMinCtasPerSm;
+  extern __shared__ float4 staged[];
   __shared__ unsigned int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(a.ticket, 1u);
   __syncthreads();
-  RunTicket<kGelu>(a, ticket);
+  RunTicket<kGelu, kStaged>(a, ticket, staged);
+}
+
+// A build of the kernel and the dynamic shared memory it uses.
+struct LaggedBuild {
+  void (*kernel)(LaggedArgs);
+  size_t shared_bytes;
+};
+
+// The build that runs `ctas_per_sm` (0 or more than 3: the staged one).
+template <bool kGelu>
+LaggedBuild LaggedBuildFor(int ctas_per_sm) {
+  if (ctas_per_sm == 1 || ctas_per_sm == 2) return {LaggedGroupNormKernel<kGelu, 2>, 0};
+  if (ctas_per_sm == 3) return {LaggedGroupNormKernel<kGelu, 3>, 0};
+  return {LaggedGroupNormKernel<kGelu, kStagedMinCtasPerSm>, kStagedBytes};
 }
 
 }  // namespace
@@ -352,13 +428,13 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   args.arrivals = counters;
   args.ticket = counters + layout.geometry.total_groups * kCounterStride;
   const auto blocks = static_cast<unsigned int>(layout.geometry.total_chunks + lag_chunks);
-  const bool gelu = params.prologue == GroupNormPrologue::kGeluErf;
-  auto* kernel = ctas_per_sm == 1 || ctas_per_sm == 2
-                     ? (gelu ? LaggedGroupNormKernel<true, 2> : LaggedGroupNormKernel<false, 2>)
-                     : (gelu ? LaggedGroupNormKernel<true, 3> : LaggedGroupNormKernel<false, 3>);
+  const LaggedBuild build = params.prologue == GroupNormPrologue::kGeluErf
+                                ? LaggedBuildFor<true>(ctas_per_sm)
+                                : LaggedBuildFor<false>(ctas_per_sm);
   ASSIGN_OR_RETURN(const size_t shared_bytes,
-                   ResidencyPadding(reinterpret_cast<const void*>(kernel), ctas_per_sm));
-  kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
+                   ResidencyPadding(reinterpret_cast<const void*>(build.kernel), ctas_per_sm,
+                                    build.shared_bytes));
+  build.kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
   return CudaStatus(cudaGetLastError(), "GroupNorm (lagged) kernel launch");
 }
 

@@ -23,7 +23,7 @@ bool LaggedEligible(const GroupNormParams& params, const float* input, const flo
 
 // The lag used when GroupNormOptions::lag_chunks is 0: one group's chunks plus
 // kLagSlackChunks (the group of the chunk being normalised has been read by
-// CTAs that started at least that many tickets earlier).
+// CTAs that started at least that many tickets earlier), at most the tensor's.
 int64_t DefaultLagChunks(const GroupNormParams& params);
 
 // Scratch: per-chunk partials, per-group shifts, and the counters that the
@@ -31,10 +31,12 @@ int64_t DefaultLagChunks(const GroupNormParams& params);
 size_t LaggedWorkspaceBytes(const GroupNormParams& params);
 
 // Enqueues the memset of the counters and the kernel; `params` validated,
-// LaggedEligible true, workspace 16-byte aligned. ctas_per_sm > 0 caps the
-// CTAs resident per SM (through dynamic shared memory the kernel does not
-// use): 1 or 2 run a build of 128 registers, anything else one of 80 (3
-// CTAs per SM).
+// LaggedEligible true, workspace 16-byte aligned. ctas_per_sm picks the
+// build and, when > 0, caps the CTAs resident per SM (through dynamic shared
+// memory the kernel does not use): 1 or 2 run a build of 128 registers and
+// 3 one of 80, both holding the two chunks in registers; 0 or 4 and more the
+// staged build (64 registers, the chunk to normalise in 32 KiB of shared
+// memory; at most 4 CTAs per SM by its registers).
 absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* input,
                                    const float* weight, const float* bias, float* output,
                                    void* workspace, int64_t lag_chunks, int ctas_per_sm,

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -17,25 +19,28 @@ constexpr size_t kPerCtaOverhead = 2048;
 
 }  // namespace
 
-absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm) {
-  if (ctas_per_sm <= 0) return size_t{0};
-  int device = 0;
-  RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
-  int per_sm = 0;
-  RETURN_IF_ERROR(CudaStatus(
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
-      "shared memory per SM"));
-  const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
-  const size_t padding = share > kPerCtaOverhead ? share - kPerCtaOverhead : 0;
-  if (padding > kDefaultDynamicSharedLimit) {
+absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm,
+                                        size_t used_bytes) {
+  size_t dynamic_bytes = used_bytes;
+  if (ctas_per_sm > 0) {
+    int device = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
+    int per_sm = 0;
+    RETURN_IF_ERROR(CudaStatus(
+        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+        "shared memory per SM"));
+    const size_t share = static_cast<size_t>(per_sm) / static_cast<size_t>(ctas_per_sm);
+    dynamic_bytes = std::max(dynamic_bytes, share > kPerCtaOverhead ? share - kPerCtaOverhead : 0);
+  }
+  if (dynamic_bytes > kDefaultDynamicSharedLimit) {
     // As the convolution launchers do for their stages: set on every launch
     // (a host-side attribute write, cheap beside the launch).
     RETURN_IF_ERROR(CudaStatus(cudaFuncSetAttribute(kernel,
                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                    static_cast<int>(padding)),
+                                                    static_cast<int>(dynamic_bytes)),
                                "dynamic shared memory limit for a residency cap"));
   }
-  return padding;
+  return dynamic_bytes;
 }
 
 }  // namespace fuseserve::cuda

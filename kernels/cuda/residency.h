@@ -11,10 +11,12 @@
 
 namespace fuseserve::cuda {
 
-// The dynamic shared memory to launch `kernel` with on the current device so
-// that at most `ctas_per_sm` of its CTAs fit on one SM; 0 for ctas_per_sm 0
-// (no cap). Raises the kernel's dynamic shared-memory limit when the padding
-// needs more than the default 48 KiB.
-absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm);
+// The dynamic shared memory to launch `kernel` with on the current device:
+// the `used_bytes` the kernel itself needs, or more, so that at most
+// `ctas_per_sm` of its CTAs fit on one SM (ctas_per_sm 0: no cap, exactly
+// used_bytes). Raises the kernel's dynamic shared-memory limit when that is
+// more than the default 48 KiB.
+absl::StatusOr<size_t> ResidencyPadding(const void* kernel, int ctas_per_sm,
+                                        size_t used_bytes = 0);
 
 }  // namespace fuseserve::cuda
