@@ -138,21 +138,25 @@ struct ChunkVectorsOfThread {
   float4 v[kVectorsPerThread];
 };
 
-// float4 vectors of the chunk that starts at element `begin` of its group.
-__device__ __forceinline__ int ChunkVectorCount(const LaggedArgs& a, int64_t begin) {
-  return static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4);
-}
-
-// Where chunk `chunk` of the tensor lies: its first float4 and how many.
+// Where chunk `chunk` of the tensor lies: its (sample, group) slab, its
+// first element within the slab, and its float4 vectors.
 struct ChunkSpan {
-  const float* first;
+  int64_t group;
+  int64_t begin;
   int count;
 };
 
 __device__ __forceinline__ ChunkSpan SpanOf(const LaggedArgs& a, int64_t chunk) {
   const int64_t group = chunk / a.chunks_per_group;
   const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
-  return {a.input + group * a.group_size + begin, ChunkVectorCount(a, begin)};
+  return {group, begin,
+          static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4)};
+}
+
+// The chunk's first element in `tensor` (the input or the output).
+template <typename T>
+__device__ __forceinline__ T* FirstOf(const LaggedArgs& a, const ChunkSpan& span, T* tensor) {
+  return tensor + span.group * a.group_size + span.begin;
 }
 
 // Loads chunk `chunk` of the tensor: ordinary loads for its first read (not
@@ -162,7 +166,7 @@ template <bool kLastUse>
 __device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
                                           ChunkVectorsOfThread& loaded) {
   const ChunkSpan span = SpanOf(a, chunk);
-  const float4* vectors = reinterpret_cast<const float4*>(span.first);
+  const float4* vectors = reinterpret_cast<const float4*>(FirstOf(a, span, a.input));
   if (span.count == kThreads * kVectorsPerThread) {  // a whole chunk: no bounds
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
@@ -182,11 +186,12 @@ __device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
 // copied (evict-first) to the same places of `staged`, one cp.async group.
 __device__ __forceinline__ void StageChunk(const LaggedArgs& a, int64_t chunk, float4* staged) {
   const ChunkSpan span = SpanOf(a, chunk);
+  const float* first = FirstOf(a, span, a.input);
 #pragma unroll
   for (int i = 0; i < kVectorsPerThread; ++i) {
     const int index = static_cast<int>(threadIdx.x) + i * kThreads;
     if (index < span.count) {
-      CpAsync16LastUse(reinterpret_cast<float*>(staged + index), span.first + int64_t{index} * 4);
+      CpAsync16LastUse(reinterpret_cast<float*>(staged + index), first + int64_t{index} * 4);
     }
   }
   CpAsyncCommit();
@@ -211,16 +216,13 @@ __device__ __forceinline__ void UnstageChunk(const LaggedArgs& a, int64_t chunk,
 template <bool kGelu>
 __device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t,
                                          const ChunkVectorsOfThread& loaded) {
-  const int64_t group = t / a.chunks_per_group;
-  const int64_t chunk_in_group = t - group * a.chunks_per_group;
-  const int64_t begin = chunk_in_group * kChunkElements;
-  const int count = ChunkVectorCount(a, begin);
+  const ChunkSpan span = SpanOf(a, t);
   // The group's first value: this group is not normalised (in place) before
   // every chunk of it has arrived, this one included.
-  const float shift = Prologue<kGelu>(a.input[group * a.group_size]);
+  const float shift = Prologue<kGelu>(a.input[span.group * a.group_size]);
   double sum = 0.0;
   double sum_squares = 0.0;
-  if (count == kThreads * kVectorsPerThread) {
+  if (span.count == kThreads * kVectorsPerThread) {
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
@@ -229,16 +231,16 @@ __device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t,
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < count) AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
+      if (index < span.count) AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
     }
   }
   const double2 total = BlockSum2(sum, sum_squares);
   if (threadIdx.x == 0) {
-    if (chunk_in_group == 0) a.shifts[group] = shift;
+    if (span.begin == 0) a.shifts[span.group] = shift;
     a.partials[t] = total;
     // Release: the partial (and shift) are visible to whoever acquires the
     // count that includes this arrival.
-    IncrementRelease(a.arrivals + group * kCounterStride);
+    IncrementRelease(a.arrivals + span.group * kCounterStride);
   }
 }
 
@@ -280,14 +282,14 @@ __device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
 template <bool kGelu>
 __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, float4 stats,
                                                const ChunkVectorsOfThread& loaded) {
-  const int64_t group = c / a.chunks_per_group;
+  const ChunkSpan span = SpanOf(a, c);
+  const int64_t begin = span.begin;
+  const int count = span.count;
   const float mean_hi = stats.x;
   const float mean_lo = stats.y;
   const float rstd = stats.z;
-  const int64_t begin = (c - group * a.chunks_per_group) * kChunkElements;
-  const int count = ChunkVectorCount(a, begin);
-  const int64_t first_channel = (group % a.num_groups) * a.channels_per_group;
-  float4* out = reinterpret_cast<float4*>(a.output + group * a.group_size + begin);
+  const int64_t first_channel = (span.group % a.num_groups) * a.channels_per_group;
+  float4* out = reinterpret_cast<float4*>(FirstOf(a, span, a.output));
   // A whole chunk within one channel (the usual case: channels of at least
   // a chunk's elements): one scale and shift for all of it.
   if (count == kThreads * kVectorsPerThread &&
