@@ -13,16 +13,33 @@
 //   static_rotated  the same, but re-reads chunk (k - L)G + (b + G/2) % G,
 //                   which another SM read: a control for static_same
 //   copy            read once, write once (the copy rate)
+//   ring K/P/D      a persistent grid of 256-thread CTAs, each with a ring
+//                   of K 32 KiB chunks in shared memory: chunk i of the CTA
+//                   copied in by cp.async P iterations ahead, summed (two
+//                   block barriers, like a partial), and written out from
+//                   shared memory D iterations later. One read, one write,
+//                   and no second read at all: the traffic of a GroupNorm
+//                   that keeps each chunk on its SM until its group is done
+//   oneshot BxV     a copy shaped as PyTorch's elementwise kernels: one CTA
+//                   of B threads per B * V float4, no loop
+//   l2_read         every CTA re-reads (ld.global.cg) a buffer that fits in
+//                   L2, again and again: L2's read rate into the SMs
+//   l2_read_write   the same, each vector also written to a second buffer
+//                   that fits in L2: L2's rate for the lagged kernel's
+//                   L2 traffic without DRAM (a second read and a write)
 //
 // Build and run (on the GPU host):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/probe bench/l2_reuse_probe.cu
-//   /tmp/probe [gib=2] [ctas_per_sm=4]
+//   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot: only those rows; ring: the
+//               copy and ticket rows, then the ring rows; ring and oneshot run
+//               with .cs and with write-back stores]
 // Prints a table; every row also as one JSON line.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -48,7 +65,16 @@ struct Args {
   int grid;               // static modes: G
   unsigned int* ticket;
   float* sink;
+  bool plain_stores;      // st.global (write-back) instead of st.global.cs
 };
+
+__device__ __forceinline__ void Store(const Args& a, float4* to, float4 v) {
+  if (a.plain_stores) {
+    *to = v;
+  } else {
+    __stcs(to, v);
+  }
+}
 
 template <int kV>
 __device__ __forceinline__ void Phase(const Args& a, long long first, long long second,
@@ -77,7 +103,7 @@ __device__ __forceinline__ void Phase(const Args& a, long long first, long long 
       v.y = v.y * 1.5f + 0.25f;
       v.z = v.z * 1.5f + 0.25f;
       v.w = v.w * 1.5f + 0.25f;
-      __stcs(o + threadIdx.x + i * kThreads, v);
+      Store(a, o + threadIdx.x + i * kThreads, v);
     }
   }
 }
@@ -118,8 +144,111 @@ __global__ void __launch_bounds__(kThreads) CopyKernel(Args a) {
     v.y = v.y * 1.5f + 0.25f;
     v.z = v.z * 1.5f + 0.25f;
     v.w = v.w * 1.5f + 0.25f;
-    __stcs(a.out + i, v);
+    Store(a, a.out + i, v);
   }
+}
+
+// The ring mode (see the top). Chunks kV * kThreads float4; CTA b takes
+// chunks b, b + G, b + 2G, ...
+template <int kK, int kP, int kD>
+__global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
+  constexpr int kV = 8;
+  static_assert(kK >= kP + kD + 1, "a slot is refilled only after it was written out");
+  extern __shared__ float4 ring[];
+  __shared__ float partial[kThreads / 32];
+  const long long g = gridDim.x;
+  const long long iterations = (a.chunks - blockIdx.x + g - 1) / g;
+  auto copy_in = [&](long long i) {
+    if (i < iterations) {
+      const float4* from = a.in + (i * g + blockIdx.x) * (kV * kThreads);
+      float4* slot = ring + (i % kK) * (kV * kThreads);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        const int index = threadIdx.x + v * kThreads;
+        const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(slot + index));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from + index)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  };
+  for (int i = 0; i < kP; ++i) copy_in(i);
+  float acc = 0.f;
+  for (long long i = 0; i < iterations + kD; ++i) {
+    copy_in(i + kP);
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kP) : "memory");
+    if (i < iterations) {
+      const float4* slot = ring + (i % kK) * (kV * kThreads);
+      float sum = 0.f;
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        const float4 x = slot[threadIdx.x + v * kThreads];
+        sum += x.x + x.y + x.z + x.w;
+      }
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float total = 0.f;
+        for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+        acc += total;
+      }
+      __syncthreads();
+    }
+    const long long out = i - kD;
+    if (out >= 0 && out < iterations) {
+      const float4* slot = ring + (out % kK) * (kV * kThreads);
+      float4* to = a.out + (out * g + blockIdx.x) * (kV * kThreads);
+#pragma unroll
+      for (int v = 0; v < kV; ++v) {
+        float4 x = slot[threadIdx.x + v * kThreads];
+        x.x = x.x * 1.5f + 0.25f;
+        x.y = x.y * 1.5f + 0.25f;
+        x.z = x.z * 1.5f + 0.25f;
+        x.w = x.w * 1.5f + 0.25f;
+        Store(a, to + threadIdx.x + v * kThreads, x);
+      }
+    }
+  }
+  if (acc == -12345.f) a.sink[blockIdx.x] = acc;
+}
+
+// One-shot copy, as PyTorch's elementwise kernels are shaped: a CTA of
+// kBlock threads per kBlock * kVectors float4 (each thread loads its kVectors
+// vectors, kBlock apart, then stores them), one CTA per block of the tensor.
+template <int kBlock, int kVectors>
+__global__ void __launch_bounds__(kBlock) OneShotCopyKernel(Args a) {
+  const long long base = blockIdx.x * (long long)(kBlock * kVectors) + threadIdx.x;
+  float4 v[kVectors];
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) v[i] = a.in[base + i * kBlock];
+#pragma unroll
+  for (int i = 0; i < kVectors; ++i) {
+    v[i].x = v[i].x * 1.5f + 0.25f;
+    v[i].y = v[i].y * 1.5f + 0.25f;
+    v[i].z = v[i].z * 1.5f + 0.25f;
+    v[i].w = v[i].w * 1.5f + 0.25f;
+    Store(a, a.out + base + i * kBlock, v[i]);
+  }
+}
+
+// `passes` sweeps over `vectors` float4 of a.in (resident in L2 after the
+// first), grid-strided; with kWrite each vector also goes to a.out.
+template <bool kWrite>
+__global__ void __launch_bounds__(kThreads) L2Kernel(Args a, long long vectors, int passes) {
+  float acc = 0.f;
+  const long long stride = (long long)gridDim.x * kThreads;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (long long i = blockIdx.x * (long long)kThreads + threadIdx.x; i < vectors; i += stride) {
+      const float4 v = __ldcg(a.in + i);
+      if constexpr (kWrite) {
+        __stcg(a.out + i, v);
+      } else {
+        acc += v.x + v.y + v.z + v.w;
+      }
+    }
+  }
+  if (acc == -12345.f) a.sink[blockIdx.x] = acc;
 }
 
 struct Probe {
@@ -208,6 +337,61 @@ void Sweep(Probe& p, double gib) {
   }
 }
 
+// L2's own rates: a buffer of `mib` MiB read (and written) `passes` times.
+void L2Rates(Probe& p, double mib) {
+  const long long vectors = static_cast<long long>(mib * (1 << 20)) / 16;
+  const int passes = 64;
+  const int grid = p.sms * p.ctas_per_sm;
+  for (bool write : {false, true}) {
+    auto run = [&] {
+      if (write) {
+        L2Kernel<true><<<grid, kThreads>>>(p.args, vectors, passes);
+      } else {
+        L2Kernel<false><<<grid, kThreads>>>(p.args, vectors, passes);
+      }
+    };
+    run();  // warm: the buffers into L2
+    const float ms = p.Time(run);
+    // Time() flushes L2 before each trial: the first pass reads DRAM; the
+    // other passes - 1 are L2 hits and dominate.
+    const double bytes = double(vectors) * 16 * passes * (write ? 2 : 1);
+    std::printf("%-15s %6.1f MiB x %d passes  %8.3f ms  %6.2f TB/s (L2 bytes %s)\n",
+                write ? "l2_read_write" : "l2_read", mib, passes, ms, bytes / ms / 1e9,
+                write ? "read + written" : "read");
+    std::printf("{\"mode\":\"%s\",\"mib\":%.1f,\"ms\":%.4f,\"tbps\":%.3f}\n",
+                write ? "l2_read_write" : "l2_read", mib, ms, bytes / ms / 1e9);
+  }
+}
+
+template <int kBlock, int kVectors>
+void OneShot(Probe& p, double gib) {
+  const long long vectors = static_cast<long long>(gib * (1LL << 30)) / 16;
+  const double bytes = 2.0 * vectors * 16;
+  const auto grid = static_cast<unsigned>(vectors / (kBlock * kVectors));
+  const float ms = p.Time([&] { OneShotCopyKernel<kBlock, kVectors><<<grid, kBlock>>>(p.args); });
+  char mode[64];
+  std::snprintf(mode, sizeof(mode), "oneshot %dx%d%s", kBlock, kVectors,
+                p.args.plain_stores ? " wb" : "");
+  Report(mode, kVectors, 0, ms, bytes, 0);
+}
+
+template <int kK, int kP, int kD>
+void Ring(Probe& p, double gib, int ctas_per_sm, double copy_ms) {
+  constexpr int kV = 8;
+  const long long chunk_bytes = 16LL * kV * kThreads;
+  p.args.chunks = static_cast<long long>(gib * (1LL << 30)) / chunk_bytes;
+  const double bytes = 2.0 * p.args.chunks * chunk_bytes;
+  const int shared = static_cast<int>(kK * chunk_bytes);
+  CHECK(cudaFuncSetAttribute(RingKernel<kK, kP, kD>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+  const int grid = p.sms * ctas_per_sm;
+  const float ms = p.Time([&] { RingKernel<kK, kP, kD><<<grid, kThreads, shared>>>(p.args); });
+  char mode[64];
+  std::snprintf(mode, sizeof(mode), "ring%d:%d/%d/%d%s", ctas_per_sm, kK, kP, kD,
+                p.args.plain_stores ? " wb" : "");
+  Report(mode, kV, 0, ms, bytes, copy_ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +418,33 @@ int main(int argc, char** argv) {
   CHECK(cudaEventCreate(&p.stop));
   p.args.in = reinterpret_cast<const float4*>(in);
   p.args.out = reinterpret_cast<float4*>(out);
+  if (argc > 3 && std::string(argv[3]) == "oneshot") {
+    for (bool plain : {true, false}) {
+      p.args.plain_stores = plain;
+      OneShot<128, 1>(p, gib);
+      OneShot<128, 4>(p, gib);
+      OneShot<128, 8>(p, gib);
+      OneShot<256, 2>(p, gib);
+      OneShot<256, 8>(p, gib);
+      OneShot<512, 4>(p, gib);
+      OneShot<1024, 2>(p, gib);
+    }
+    return 0;
+  }
+  if (argc > 3 && std::string(argv[3]) == "ring") {
+    for (bool plain : {false, true}) {
+      p.args.plain_stores = plain;
+      std::printf("stores: %s\n", plain ? "st.global (write-back)" : "st.global.cs");
+      Sweep<8>(p, gib);
+      Ring<7, 3, 3>(p, gib, 1, 0);
+      Ring<3, 1, 1>(p, gib, 2, 0);
+    }
+    return 0;
+  }
+  if (argc > 3 && std::string(argv[3]) == "l2") {
+    for (double mib : {4.0, 8.0, 16.0}) L2Rates(p, mib);
+    return 0;
+  }
   Sweep<2>(p, gib);
   Sweep<8>(p, gib);
   return 0;

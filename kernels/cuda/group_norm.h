@@ -54,7 +54,7 @@ struct GroupNormOptions {
   // measured on an H100 (bench/kernel_notes.md v24).
   int64_t lag_chunks = 0;
   // kLagged's CTAs resident per SM and the build that runs them: 4 (the
-  // default: the chunk to normalise staged in shared memory, 64 registers;
+  // default: the chunk to normalise staged in shared memory, 62-64 registers;
   // the registers allow no more, so 0 or more than 4 run the same), 3 (both
   // chunks in registers, 80 registers) or 1-2 (128 registers, no spills),
   // capped through dynamic shared memory.

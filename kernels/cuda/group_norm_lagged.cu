@@ -25,9 +25,9 @@
 //    L2) at once: chunk c does not change before this CTA writes it (in
 //    place too), so only its statistics have to wait, not its read. Chunk t
 //    goes to registers; chunk c, in the default build, to shared memory by
-//    cp.async (each thread copies, and later reads back, its own vectors),
-//    so that a CTA waiting for its group holds few registers and 4 CTAs fit
-//    per SM;
+//    cp.async (each thread copies its own vectors and, when it normalises
+//    them, reads them where they landed), so that a CTA waiting for its
+//    group holds few registers and 4 CTAs fit per SM;
 //  - sums chunk t (shifted sum and sum of squares) into partials[t] and
 //    arrives on its group's counter with a release increment, which nothing
 //    waits for (chunk 0 of each group also stores the group's shift);
@@ -47,7 +47,9 @@
 // for, whole-chunk fast paths and 3 CTAs per SM took the reference shape
 // from 6.75 to ~6.0 ms on an H100; staging chunk c in shared memory (4 CTAs
 // per SM at 64 registers, no spills), read evict-first, to ~5.65 ms (v24):
-// a fourth CTA covers much of the wait for the group.
+// a fourth CTA covers much of the wait for the group. Normalising straight
+// from shared memory (no copy to registers first) is worth 1.5-2% on an
+// H200 and nothing on an H100 (v26).
 //
 // Bytes: the input once from HBM (plus what L2 drops within the lag), the
 // output once. Numerics are the two-read schedule's (group_norm.cu): values
@@ -136,6 +138,16 @@ struct LaggedArgs {
 // vectors i, i + kThreads, ...).
 struct ChunkVectorsOfThread {
   float4 v[kVectorsPerThread];
+  __device__ __forceinline__ float4 operator[](int i) const { return v[i]; }
+};
+
+// The same vectors where StageChunk copied them, read when used (after
+// WaitStaged).
+struct StagedVectorsOfThread {
+  const float4* staged;
+  __device__ __forceinline__ float4 operator[](int i) const {
+    return staged[threadIdx.x + i * kThreads];
+  }
 };
 
 // Where chunk `chunk` of the tensor lies: its (sample, group) slab, its
@@ -197,25 +209,17 @@ __device__ __forceinline__ void StageChunk(const LaggedArgs& a, int64_t chunk, f
   CpAsyncCommit();
 }
 
-// This thread's vectors of a chunk StageChunk copied: waits for its copies
-// (no barrier: no thread reads another's vectors).
-__device__ __forceinline__ void UnstageChunk(const LaggedArgs& a, int64_t chunk,
-                                             const float4* staged,
-                                             ChunkVectorsOfThread& loaded) {
-  const int count = SpanOf(a, chunk).count;
+// This thread's vectors of the chunk StageChunk copied last, once its
+// copies have landed (no barrier: no thread reads another's vectors).
+__device__ __forceinline__ StagedVectorsOfThread WaitStaged(const float4* staged) {
   CpAsyncWait<0>();
-#pragma unroll
-  for (int i = 0; i < kVectorsPerThread; ++i) {
-    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (index < count) loaded.v[i] = staged[index];
-  }
+  return {staged};
 }
 
 // Phase 1 for chunk `t`: its partial, then the arrival. Block-uniform;
 // synchronises the block (BlockSum2).
-template <bool kGelu>
-__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t,
-                                         const ChunkVectorsOfThread& loaded) {
+template <bool kGelu, typename Vectors>
+__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t, const Vectors& loaded) {
   const ChunkSpan span = SpanOf(a, t);
   // The group's first value: this group is not normalised (in place) before
   // every chunk of it has arrived, this one included.
@@ -225,13 +229,13 @@ __device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t,
   if (span.count == kThreads * kVectorsPerThread) {
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
-      AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
+      AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
     }
   } else {
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < span.count) AddShifted4<kGelu>(loaded.v[i], shift, sum, sum_squares);
+      if (index < span.count) AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
     }
   }
   const double2 total = BlockSum2(sum, sum_squares);
@@ -278,10 +282,12 @@ __device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
   return PackStats(static_cast<double>(__ldcg(a.shifts + group)) + shifted_mean, variance, a.eps);
 }
 
-// Phase 2 for chunk `c`, loaded by LoadChunk<true>, with its group's `stats`.
-template <bool kGelu>
+// Phase 2 for chunk `c`, as LoadChunk<true> loaded it (registers) or
+// StageChunk copied it (shared memory, after WaitStaged), with its group's
+// `stats`.
+template <bool kGelu, typename Vectors>
 __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, float4 stats,
-                                               const ChunkVectorsOfThread& loaded) {
+                                               const Vectors& loaded) {
   const ChunkSpan span = SpanOf(a, c);
   const int64_t begin = span.begin;
   const int count = span.count;
@@ -300,7 +306,7 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
       __stcs(out + threadIdx.x + i * kThreads,
-             Normalize4<kGelu>(loaded.v[i], mean_hi, mean_lo, scale, shift));
+             Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, shift));
     }
     return;
   }
@@ -316,7 +322,7 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
                                                          static_cast<uint32_t>(a.spatial_size))
                                   : offset / a.spatial_size);
       const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
-      __stcs(out + index, Normalize4<kGelu>(loaded.v[i], mean_hi, mean_lo, scale,
+      __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale,
                                             LoadOr(a.bias, channel, 0.0f)));
     }
   }
@@ -351,16 +357,19 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4
       if (threadIdx.x % 32 == 0) group_stats = stats;
     }
     __syncthreads();
-    if constexpr (kStaged) UnstageChunk(a, c, staged, to_normalize);
-    NormalizeChunk<kGelu>(a, c, group_stats, to_normalize);
+    if constexpr (kStaged) {
+      NormalizeChunk<kGelu>(a, c, group_stats, WaitStaged(staged));
+    } else {
+      NormalizeChunk<kGelu>(a, c, group_stats, to_normalize);
+    }
   }
 }
 
 // One CTA per ticket, kMinCtasPerSm of them per SM by its registers: the
 // builds for 2 (128 registers) and 3 (80, spilling 4-8 bytes) hold both
 // chunks in registers (unbounded they would take 152: one CTA per SM); the
-// one for 4 (64, no spills) stages the chunk to normalise in kStagedBytes of
-// dynamic shared memory.
+// one for 4 (62-64 registers, 0-8 bytes of spill) stages the chunk to
+// normalise in kStagedBytes of dynamic shared memory.
 template <bool kGelu, int kMinCtasPerSm>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
   constexpr bool kStaged = kMinCtasPerSm >= kStagedMinCtasPerSm;
