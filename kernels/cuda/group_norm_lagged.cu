@@ -23,11 +23,12 @@
 // ticket belongs to a CTA that is running or done), then
 //  - loads chunk t (phase 1, from HBM) and chunk c = t - lag (phase 2, from
 //    L2) at once: chunk c does not change before this CTA writes it (in
-//    place too), so only its statistics have to wait, not its read. Chunk t
-//    goes to registers; chunk c, in the default build, to shared memory by
-//    cp.async (each thread copies its own vectors and, when it normalises
-//    them, reads them where they landed), so that a CTA waiting for its
-//    group holds few registers and 4 CTAs fit per SM;
+//    place too), so only its statistics have to wait, not its read. In the
+//    default (staged) build chunk c goes to shared memory by cp.async (each
+//    thread copies its own vectors and, when it normalises them, reads them
+//    where they landed) and chunk t is loaded where it is summed, so that a
+//    CTA holds few registers and 5 CTAs fit per SM; the register builds
+//    load both chunks into registers;
 //  - sums chunk t (shifted sum and sum of squares) into partials[t] and
 //    arrives on its group's counter with a release increment, which nothing
 //    waits for (chunk 0 of each group also stores the group's shift);
@@ -49,7 +50,9 @@
 // per SM at 64 registers, no spills), read evict-first, to ~5.65 ms (v24):
 // a fourth CTA covers much of the wait for the group. Normalising straight
 // from shared memory (no copy to registers first) is worth 1.5-2% on an
-// H200 and nothing on an H100 (v26).
+// H200 and nothing on an H100; loading chunk t where it is summed, to 48
+// registers and 5 CTAs per SM with a lag of one group + 192, a further 5%
+// on an H200 (4.37 ms) and 4.5% on an H100 (5.39 ms) (v26).
 //
 // Bytes: the input once from HBM (plus what L2 drops within the lag), the
 // output once. Numerics are the two-read schedule's (group_norm.cu): values
@@ -66,20 +69,23 @@ using gpu_scope::LoadAcquire;
 using gpu_scope::LoadRelaxed;
 
 // Past one group's chunks, how many more tickets the lag spans by default:
-// 2 MiB of chunks. Measured on an H100 at the reference shape (one group is
-// 256 chunks, the staged build at 4 CTAs per SM, chunk c read evict-first):
-// lags of 256 / 288 / 320 / 352 / 384 / 448 chunks ran 5.74 / 5.68 / 5.65 /
-// 5.65 / 5.69 / 5.92 ms (bench/kernel_notes.md v24): a shorter lag keeps
-// more second reads in L2, a longer one waits less for the group.
-constexpr int64_t kLagSlackChunks = 64;
+// 6 MiB of chunks. A shorter lag keeps more second reads in L2, a longer one
+// waits less for the group, and the more CTAs run at once the longer the lag
+// has to be. Measured at the reference shape (one group is 256 chunks), the
+// staged build at 5 CTAs per SM (bench/kernel_notes.md v26): lags of 384 /
+// 448 / 512 / 576 chunks ran 4.43 / 4.37 / 4.39 / 4.40 ms on an H200, and
+// 384 / 448 ran 5.42 / 5.39 ms on an H100 (where 512 at 6 CTAs per SM was
+// already 1% slower; its L2 keeps ~12 MiB of second reads, v22).
+constexpr int64_t kLagSlackChunks = 192;
 
 // The warp that works out phase 2's statistics.
 constexpr int kStatsWarp = 1;
 
 // The kernel's builds, by the CTAs per SM their registers allow: 2 (128
-// registers) and 3 (80) hold both chunks in registers; 4 (64, the default)
-// stages the chunk to normalise in kStagedBytes of shared memory.
-constexpr int kStagedMinCtasPerSm = 4;
+// registers) and 3 (80) hold both chunks in registers; 5 (48, the default)
+// stages the chunk to normalise in kStagedBytes of shared memory and reads
+// the chunk to sum where it sums it.
+constexpr int kStagedMinCtasPerSm = 5;
 constexpr size_t kStagedBytes = sizeof(float4) * kThreads * kVectorsPerThread;
 
 // Each group's arrival counter on its own 128-byte line: the counters are
@@ -147,6 +153,15 @@ struct StagedVectorsOfThread {
   const float4* staged;
   __device__ __forceinline__ float4 operator[](int i) const {
     return staged[threadIdx.x + i * kThreads];
+  }
+};
+
+// This thread's vectors of a chunk in global memory (from its first
+// element), loaded where they are used: ordinary loads, as LoadChunk<false>.
+struct GlobalVectorsOfThread {
+  const float* first;
+  __device__ __forceinline__ float4 operator[](int i) const {
+    return reinterpret_cast<const float4*>(first)[threadIdx.x + i * kThreads];
   }
 };
 
@@ -328,8 +343,9 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
   }
 }
 
-// Ticket t's work: sum chunk t, normalise chunk t - lag (held in `staged`
-// in the staged build). Block-uniform.
+// Ticket t's work: sum chunk t, normalise chunk t - lag. The staged build
+// copies chunk t - lag to `staged` first and loads chunk t where it sums
+// it; the register builds load both at once. Block-uniform.
 template <bool kGelu, bool kStaged>
 __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4* staged) {
   __shared__ float4 group_stats;
@@ -338,19 +354,24 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4
   const int64_t c = t - a.lag;
   ChunkVectorsOfThread to_sum;
   ChunkVectorsOfThread to_normalize;
-  if (has_sum) LoadChunk<false>(a, t, to_sum);
-  if (has_normalize) {
-    if constexpr (kStaged) {
-      StageChunk(a, c, staged);
-    } else {
-      LoadChunk<true>(a, c, to_normalize);
-    }
+  if constexpr (kStaged) {
+    if (has_normalize) StageChunk(a, c, staged);
+  } else {
+    if (has_sum) LoadChunk<false>(a, t, to_sum);
+    if (has_normalize) LoadChunk<true>(a, c, to_normalize);
   }
   const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
   const int64_t group = c / a.chunks_per_group;
   const unsigned int early_count =
       stats_warp ? LoadRelaxed(a.arrivals + group * kCounterStride) : 0;
-  if (has_sum) SumChunk<kGelu>(a, t, to_sum);
+  if (has_sum) {
+    if constexpr (kStaged) {
+      const ChunkSpan span = SpanOf(a, t);
+      SumChunk<kGelu>(a, t, GlobalVectorsOfThread{FirstOf(a, span, a.input)});
+    } else {
+      SumChunk<kGelu>(a, t, to_sum);
+    }
+  }
   if (has_normalize) {
     if (stats_warp) {
       const float4 stats = GroupStats(a, group, early_count);
@@ -368,8 +389,9 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4
 // One CTA per ticket, kMinCtasPerSm of them per SM by its registers: the
 // builds for 2 (128 registers) and 3 (80, spilling 4-8 bytes) hold both
 // chunks in registers (unbounded they would take 152: one CTA per SM); the
-// one for 4 (62-64 registers, 0-8 bytes of spill) stages the chunk to
-// normalise in kStagedBytes of dynamic shared memory.
+// one for 5 (48 registers, no spills) stages the chunk to normalise in
+// kStagedBytes of dynamic shared memory and loads the chunk to sum only
+// where it sums it.
 template <bool kGelu, int kMinCtasPerSm>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
   constexpr bool kStaged = kMinCtasPerSm >= kStagedMinCtasPerSm;

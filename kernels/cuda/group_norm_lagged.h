@@ -35,8 +35,8 @@ size_t LaggedWorkspaceBytes(const GroupNormParams& params);
 // build and, when > 0, caps the CTAs resident per SM (through dynamic shared
 // memory the kernel does not use): 1 or 2 run a build of 128 registers and
 // 3 one of 80, both holding the two chunks in registers; 0 or 4 and more the
-// staged build (62-64 registers, the chunk to normalise in 32 KiB of shared
-// memory; at most 4 CTAs per SM by its registers).
+// staged build (48 registers, the chunk to normalise in 32 KiB of shared
+// memory; at most 5 CTAs per SM by its registers).
 absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* input,
                                    const float* weight, const float* bias, float* output,
                                    void* workspace, int64_t lag_chunks, int ctas_per_sm,
