@@ -122,7 +122,8 @@ CONV_GROUPNORM_SCHEDULES = {"auto": 0, "after": 1, "concurrent": 2}
 # chunk to normalise staged in shared memory): (schedule, lag in chunks of 32
 # KiB, CTAs per SM). Shorter and longer lags staged, the previous default (320
 # at 4 per SM), and the 3-per-SM register build.
-DEFAULT_GN_VARIANTS = (("lagged", 384, 5), ("lagged", 512, 5), ("lagged", 320, 4), ("lagged", 320, 3))
+DEFAULT_GN_VARIANTS = (("lagged", 384, 5), ("lagged", 512, 5), ("lagged", 320, 4),
+                       ("lagged", 320, 3))
 # The library's own choice (families.h kMinConcurrentGroupNormBatch).
 MIN_CONCURRENT_GROUPNORM_BATCH = 8
 

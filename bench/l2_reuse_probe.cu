@@ -185,7 +185,9 @@ __global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
         const float4 x = slot[threadIdx.x + v * kThreads];
         sum += x.x + x.y + x.z + x.w;
       }
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      for (int offset = 16; offset > 0; offset /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      }
       if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
       __syncthreads();
       if (threadIdx.x == 0) {

@@ -352,6 +352,8 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4
   const bool has_sum = t < a.total_chunks;
   const bool has_normalize = t >= a.lag;
   const int64_t c = t - a.lag;
+  // The register builds' chunks (the staged build reads its vectors from
+  // global and shared memory where it uses them).
   ChunkVectorsOfThread to_sum;
   ChunkVectorsOfThread to_normalize;
   if constexpr (kStaged) {
