@@ -22,6 +22,11 @@
 //                   that keeps each chunk on its SM until its group is done
 //   oneshot BxV     a copy shaped as PyTorch's elementwise kernels: one CTA
 //                   of B threads per B * V float4, no loop
+//   shapes          the ticket traffic (V=8) with other access shapes: the
+//                   ticket from blockIdx instead of an atomic, warp-
+//                   contiguous vectors, chunk t by one bulk copy (TMA) into
+//                   shared memory, and both chunks by bulk copies with the
+//                   output written back by a bulk store
 //   l2_read         every CTA re-reads (ld.global.cg) a buffer that fits in
 //                   L2, again and again: L2's read rate into the SMs
 //   l2_read_write   the same, each vector also written to a second buffer
@@ -30,13 +35,14 @@
 //
 // Build and run (on the GPU host):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/probe bench/l2_reuse_probe.cu
-//   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot: only those rows; ring: the
+//   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot | shapes: only those rows; ring: the
 //               copy and ticket rows, then the ring rows; ring and oneshot run
 //               with .cs and with write-back stores]
 // Prints a table; every row also as one JSON line.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -76,6 +82,12 @@ __device__ __forceinline__ void Store(const Args& a, float4* to, float4 v) {
   }
 }
 
+// What every mode does to a vector it writes: one FMA per value.
+__device__ __forceinline__ float4 Scaled(float4 v) {
+  return make_float4(v.x * 1.5f + 0.25f, v.y * 1.5f + 0.25f, v.z * 1.5f + 0.25f,
+                     v.w * 1.5f + 0.25f);
+}
+
 template <int kV>
 __device__ __forceinline__ void Phase(const Args& a, long long first, long long second,
                                       float& acc) {
@@ -98,11 +110,7 @@ __device__ __forceinline__ void Phase(const Args& a, long long first, long long 
     float4* o = a.out + second * (kV * kThreads);
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
-      float4 v = y[i];
-      v.x = v.x * 1.5f + 0.25f;
-      v.y = v.y * 1.5f + 0.25f;
-      v.z = v.z * 1.5f + 0.25f;
-      v.w = v.w * 1.5f + 0.25f;
+      const float4 v = Scaled(y[i]);
       Store(a, o + threadIdx.x + i * kThreads, v);
     }
   }
@@ -139,11 +147,7 @@ __global__ void __launch_bounds__(kThreads) CopyKernel(Args a) {
   const long long vectors = a.chunks * kV * kThreads;
   for (long long i = blockIdx.x * (long long)kThreads + threadIdx.x; i < vectors;
        i += (long long)gridDim.x * kThreads) {
-    float4 v = a.in[i];
-    v.x = v.x * 1.5f + 0.25f;
-    v.y = v.y * 1.5f + 0.25f;
-    v.z = v.z * 1.5f + 0.25f;
-    v.w = v.w * 1.5f + 0.25f;
+    const float4 v = Scaled(a.in[i]);
     Store(a, a.out + i, v);
   }
 }
@@ -203,12 +207,146 @@ __global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
       float4* to = a.out + (out * g + blockIdx.x) * (kV * kThreads);
 #pragma unroll
       for (int v = 0; v < kV; ++v) {
-        float4 x = slot[threadIdx.x + v * kThreads];
-        x.x = x.x * 1.5f + 0.25f;
-        x.y = x.y * 1.5f + 0.25f;
-        x.z = x.z * 1.5f + 0.25f;
-        x.w = x.w * 1.5f + 0.25f;
+        const float4 x = Scaled(slot[threadIdx.x + v * kThreads]);
         Store(a, to + threadIdx.x + v * kThreads, x);
+      }
+    }
+  }
+  if (acc == -12345.f) a.sink[blockIdx.x] = acc;
+}
+
+// The ticket kernel's traffic in other access shapes (the `shapes` mode).
+enum class Shape { kInterleaved, kBlockIdx, kWarpContiguous, kBulkFirst, kBulkAll };
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// Bulk copy global -> shared completing on `barrier` (sm_90).
+__device__ __forceinline__ void BulkLoad(void* shared, const void* global, uint32_t bytes,
+                                         uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(SharedAddress(shared)),
+      "l"(global), "r"(bytes), "r"(SharedAddress(barrier))
+      : "memory");
+}
+
+__device__ __forceinline__ void WaitParity0(uint64_t* barrier) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], 0;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(SharedAddress(barrier))
+        : "memory");
+  } while (done == 0);
+}
+
+template <Shape kShape>
+__global__ void __launch_bounds__(kThreads) ShapedTicketKernel(Args a) {
+  constexpr int kV = 8;
+  constexpr uint32_t kChunkBytes = 16 * kV * kThreads;
+  extern __shared__ float4 staged[];  // kBulk*: chunk t, then chunk c
+  __shared__ unsigned int ticket;
+  __shared__ alignas(8) uint64_t barrier;
+  constexpr bool kBulk = kShape == Shape::kBulkFirst || kShape == Shape::kBulkAll;
+  if (threadIdx.x == 0) {
+    ticket = kShape == Shape::kBlockIdx ? blockIdx.x : atomicAdd(a.ticket, 1u);
+    if (kBulk) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&barrier))
+                   : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+  }
+  __syncthreads();
+  const long long t = ticket;
+  const long long c = t - a.lag;
+  const bool has_first = t < a.chunks;
+  const bool has_second = c >= 0;
+  const float4* p1 = a.in + t * (kV * kThreads);
+  const float4* p2 = a.in + c * (kV * kThreads);
+  float4* o = a.out + c * (kV * kThreads);
+  float acc = 0.f;
+  // Vector i of this thread: interleaved (i * kThreads + tid) or
+  // warp-contiguous (warp * 32 kV + i * 32 + lane).
+  auto index = [](int i) {
+    if (kShape == Shape::kWarpContiguous) {
+      return static_cast<int>((threadIdx.x / 32) * 32 * kV + i * 32 + threadIdx.x % 32);
+    }
+    return static_cast<int>(threadIdx.x + i * kThreads);
+  };
+  if constexpr (kBulk) {
+    if (threadIdx.x == 0) {
+      const uint32_t bytes = (has_first ? kChunkBytes : 0) +
+                             (kShape == Shape::kBulkAll && has_second ? kChunkBytes : 0);
+      asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                       SharedAddress(&barrier)),
+                   "r"(bytes)
+                   : "memory");
+      if (has_first) BulkLoad(staged, p1, kChunkBytes, &barrier);
+      if (kShape == Shape::kBulkAll && has_second) {
+        BulkLoad(staged + kV * kThreads, p2, kChunkBytes, &barrier);
+      }
+    }
+    float4 y[kV];
+    if (kShape == Shape::kBulkFirst && has_second) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) y[i] = __ldcs(p2 + index(i));
+    }
+    WaitParity0(&barrier);
+    if (has_first) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const float4 x = staged[index(i)];
+        acc += x.x + x.y + x.z + x.w;
+      }
+    }
+    if (has_second) {
+      if (kShape == Shape::kBulkAll) {
+        float4* slot = staged + kV * kThreads;
+#pragma unroll
+        for (int i = 0; i < kV; ++i) {
+          const float4 v = Scaled(slot[index(i)]);
+          slot[index(i)] = v;
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          asm volatile(
+              "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+              "cp.async.bulk.commit_group;\n"
+              "cp.async.bulk.wait_group.read 0;\n" ::"l"(o),
+              "r"(SharedAddress(slot)), "r"(kChunkBytes)
+              : "memory");
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kV; ++i) {
+          const float4 v = Scaled(y[i]);
+          Store(a, o + index(i), v);
+        }
+      }
+    }
+  } else {
+    float4 x[kV];
+    float4 y[kV];
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      if (has_first) x[i] = p1[index(i)];
+      if (has_second) y[i] = __ldcs(p2 + index(i));
+    }
+    if (has_first) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) acc += x[i].x + x[i].y + x[i].z + x[i].w;
+    }
+    if (has_second) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) {
+        const float4 v = Scaled(y[i]);
+        Store(a, o + index(i), v);
       }
     }
   }
@@ -226,10 +364,7 @@ __global__ void __launch_bounds__(kBlock) OneShotCopyKernel(Args a) {
   for (int i = 0; i < kVectors; ++i) v[i] = a.in[base + i * kBlock];
 #pragma unroll
   for (int i = 0; i < kVectors; ++i) {
-    v[i].x = v[i].x * 1.5f + 0.25f;
-    v[i].y = v[i].y * 1.5f + 0.25f;
-    v[i].z = v[i].z * 1.5f + 0.25f;
-    v[i].w = v[i].w * 1.5f + 0.25f;
+    v[i] = Scaled(v[i]);
     Store(a, a.out + base + i * kBlock, v[i]);
   }
 }
@@ -377,6 +512,30 @@ void OneShot(Probe& p, double gib) {
   Report(mode, kVectors, 0, ms, bytes, 0);
 }
 
+// The `shapes` mode: the ticket traffic at V=8 and a 12 MiB lag in each
+// Shape, at the probe's CTAs per SM (padding on top of the bulk shapes'
+// own shared memory).
+void Shapes(Probe& p, double gib) {
+  constexpr int kV = 8;
+  const long long chunk_bytes = 16LL * kV * kThreads;
+  p.args.chunks = static_cast<long long>(gib * (1LL << 30)) / chunk_bytes;
+  p.args.lag = static_cast<long long>(12.0 * (1 << 20)) / chunk_bytes;
+  const double bytes = 2.0 * p.args.chunks * chunk_bytes;
+  const auto blocks = static_cast<unsigned>(p.args.chunks + p.args.lag);
+  auto run = [&](auto kernel, const char* name, size_t own_shared) {
+    const size_t shared = std::max(own_shared, p.pad);
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(shared)));
+    const float ms = p.Time([&] { kernel<<<blocks, kThreads, shared>>>(p.args); });
+    Report(name, kV, p.args.lag * chunk_bytes / double(1 << 20), ms, bytes, 0);
+  };
+  run(ShapedTicketKernel<Shape::kInterleaved>, "interleaved", 0);
+  run(ShapedTicketKernel<Shape::kBlockIdx>, "blockidx", 0);
+  run(ShapedTicketKernel<Shape::kWarpContiguous>, "warp_contig", 0);
+  run(ShapedTicketKernel<Shape::kBulkFirst>, "bulk_first", chunk_bytes);
+  run(ShapedTicketKernel<Shape::kBulkAll>, "bulk_all", 2 * chunk_bytes);
+}
+
 template <int kK, int kP, int kD>
 void Ring(Probe& p, double gib, int ctas_per_sm, double copy_ms) {
   constexpr int kV = 8;
@@ -440,6 +599,14 @@ int main(int argc, char** argv) {
       Sweep<8>(p, gib);
       Ring<7, 3, 3>(p, gib, 1, 0);
       Ring<3, 1, 1>(p, gib, 2, 0);
+    }
+    return 0;
+  }
+  if (argc > 3 && std::string(argv[3]) == "shapes") {
+    for (bool plain : {false, true}) {
+      p.args.plain_stores = plain;
+      std::printf("stores: %s\n", plain ? "st.global (write-back)" : "st.global.cs");
+      Shapes(p, gib);
     }
     return 0;
   }
