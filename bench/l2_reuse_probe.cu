@@ -34,7 +34,7 @@
 //                   L2 traffic without DRAM (a second read and a write)
 //
 // Build and run (on the GPU host):
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/probe bench/l2_reuse_probe.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o /tmp/probe bench/l2_reuse_probe.cu
 //   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot | shapes: only those rows; ring: the
 //               copy and ticket rows, then the ring rows; ring and oneshot run
 //               with .cs and with write-back stores]
@@ -48,7 +48,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/hopper.cuh"
+
 namespace {
+
+namespace hopper = fuseserve::cuda::hopper;
 
 constexpr int kThreads = 256;
 
@@ -88,7 +92,25 @@ __device__ __forceinline__ float4 Scaled(float4 v) {
                      v.w * 1.5f + 0.25f);
 }
 
-template <int kV>
+// This thread's vector i of a chunk: interleaved (tid + i * kThreads), or
+// warp-contiguous (each warp's 32 kV vectors in a row).
+template <int kV, bool kWarpContiguous>
+__device__ __forceinline__ int VectorIndex(int i) {
+  if constexpr (kWarpContiguous) {
+    return static_cast<int>((threadIdx.x / 32) * 32 * kV + i * 32 + threadIdx.x % 32);
+  }
+  return static_cast<int>(threadIdx.x + i * kThreads);
+}
+
+// Chunk `second`'s vectors (`y`), scaled, to the output.
+template <int kV, bool kWarpContiguous = false>
+__device__ __forceinline__ void WriteScaled(const Args& a, long long second, const float4 (&y)[kV]) {
+  float4* o = a.out + second * (kV * kThreads);
+#pragma unroll
+  for (int i = 0; i < kV; ++i) Store(a, o + VectorIndex<kV, kWarpContiguous>(i), Scaled(y[i]));
+}
+
+template <int kV, bool kWarpContiguous = false>
 __device__ __forceinline__ void Phase(const Args& a, long long first, long long second,
                                       float& acc) {
   float4 x[kV];
@@ -99,21 +121,14 @@ __device__ __forceinline__ void Phase(const Args& a, long long first, long long 
   const float4* p2 = a.in + second * (kV * kThreads);
 #pragma unroll
   for (int i = 0; i < kV; ++i) {
-    if (has_first) x[i] = p1[threadIdx.x + i * kThreads];
-    if (has_second) y[i] = __ldcs(p2 + threadIdx.x + i * kThreads);
+    if (has_first) x[i] = p1[VectorIndex<kV, kWarpContiguous>(i)];
+    if (has_second) y[i] = __ldcs(p2 + VectorIndex<kV, kWarpContiguous>(i));
   }
   if (has_first) {
 #pragma unroll
     for (int i = 0; i < kV; ++i) acc += x[i].x + x[i].y + x[i].z + x[i].w;
   }
-  if (has_second) {
-    float4* o = a.out + second * (kV * kThreads);
-#pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      const float4 v = Scaled(y[i]);
-      Store(a, o + threadIdx.x + i * kThreads, v);
-    }
-  }
+  if (has_second) WriteScaled<kV, kWarpContiguous>(a, second, y);
 }
 
 template <int kV>
@@ -218,135 +233,75 @@ __global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
 // The ticket kernel's traffic in other access shapes (the `shapes` mode).
 enum class Shape { kInterleaved, kBlockIdx, kWarpContiguous, kBulkFirst, kBulkAll };
 
-__device__ __forceinline__ uint32_t SharedAddress(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// Bulk copy global -> shared completing on `barrier` (sm_90).
-__device__ __forceinline__ void BulkLoad(void* shared, const void* global, uint32_t bytes,
-                                         uint64_t* barrier) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(SharedAddress(shared)),
-      "l"(global), "r"(bytes), "r"(SharedAddress(barrier))
-      : "memory");
-}
-
-__device__ __forceinline__ void WaitParity0(uint64_t* barrier) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], 0;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(SharedAddress(barrier))
-        : "memory");
-  } while (done == 0);
-}
-
+// The bulk shapes: chunk t (and with kBulkAll chunk c) by one bulk copy
+// into shared memory, completing on an mbarrier (hopper.cuh's helpers); with
+// kBulkAll the scaled chunk c goes back by one bulk store.
 template <Shape kShape>
 __global__ void __launch_bounds__(kThreads) ShapedTicketKernel(Args a) {
   constexpr int kV = 8;
   constexpr uint32_t kChunkBytes = 16 * kV * kThreads;
+  constexpr bool kBulk = kShape == Shape::kBulkFirst || kShape == Shape::kBulkAll;
   extern __shared__ float4 staged[];  // kBulk*: chunk t, then chunk c
   __shared__ unsigned int ticket;
   __shared__ alignas(8) uint64_t barrier;
-  constexpr bool kBulk = kShape == Shape::kBulkFirst || kShape == Shape::kBulkAll;
   if (threadIdx.x == 0) {
     ticket = kShape == Shape::kBlockIdx ? blockIdx.x : atomicAdd(a.ticket, 1u);
     if (kBulk) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(SharedAddress(&barrier))
-                   : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      hopper::MbarrierInit(&barrier, 1);
+      hopper::FenceMbarrierInit();
     }
   }
   __syncthreads();
   const long long t = ticket;
   const long long c = t - a.lag;
-  const bool has_first = t < a.chunks;
-  const bool has_second = c >= 0;
-  const float4* p1 = a.in + t * (kV * kThreads);
-  const float4* p2 = a.in + c * (kV * kThreads);
-  float4* o = a.out + c * (kV * kThreads);
   float acc = 0.f;
-  // Vector i of this thread: interleaved (i * kThreads + tid) or
-  // warp-contiguous (warp * 32 kV + i * 32 + lane).
-  auto index = [](int i) {
-    if (kShape == Shape::kWarpContiguous) {
-      return static_cast<int>((threadIdx.x / 32) * 32 * kV + i * 32 + threadIdx.x % 32);
-    }
-    return static_cast<int>(threadIdx.x + i * kThreads);
-  };
-  if constexpr (kBulk) {
+  if constexpr (!kBulk) {
+    Phase<kV, kShape == Shape::kWarpContiguous>(a, t, c, acc);
+  } else {
+    const bool has_first = t < a.chunks;
+    const bool has_second = c >= 0;
+    const float4* p2 = a.in + c * (kV * kThreads);
+    float4* slot = staged + kV * kThreads;  // chunk c, with kBulkAll
     if (threadIdx.x == 0) {
       const uint32_t bytes = (has_first ? kChunkBytes : 0) +
                              (kShape == Shape::kBulkAll && has_second ? kChunkBytes : 0);
-      asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(
-                       SharedAddress(&barrier)),
-                   "r"(bytes)
-                   : "memory");
-      if (has_first) BulkLoad(staged, p1, kChunkBytes, &barrier);
+      hopper::MbarrierArriveExpectBytes(&barrier, bytes);
+      if (has_first) {
+        hopper::BulkCopyToShared(staged, a.in + t * (kV * kThreads), kChunkBytes, &barrier);
+      }
       if (kShape == Shape::kBulkAll && has_second) {
-        BulkLoad(staged + kV * kThreads, p2, kChunkBytes, &barrier);
+        hopper::BulkCopyToShared(slot, p2, kChunkBytes, &barrier);
       }
     }
     float4 y[kV];
     if (kShape == Shape::kBulkFirst && has_second) {
 #pragma unroll
-      for (int i = 0; i < kV; ++i) y[i] = __ldcs(p2 + index(i));
+      for (int i = 0; i < kV; ++i) y[i] = __ldcs(p2 + VectorIndex<kV, false>(i));
     }
-    WaitParity0(&barrier);
+    hopper::MbarrierWait(&barrier, 0);
     if (has_first) {
 #pragma unroll
       for (int i = 0; i < kV; ++i) {
-        const float4 x = staged[index(i)];
+        const float4 x = staged[VectorIndex<kV, false>(i)];
         acc += x.x + x.y + x.z + x.w;
       }
     }
-    if (has_second) {
-      if (kShape == Shape::kBulkAll) {
-        float4* slot = staged + kV * kThreads;
-#pragma unroll
-        for (int i = 0; i < kV; ++i) {
-          const float4 v = Scaled(slot[index(i)]);
-          slot[index(i)] = v;
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          asm volatile(
-              "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-              "cp.async.bulk.commit_group;\n"
-              "cp.async.bulk.wait_group.read 0;\n" ::"l"(o),
-              "r"(SharedAddress(slot)), "r"(kChunkBytes)
-              : "memory");
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kV; ++i) {
-          const float4 v = Scaled(y[i]);
-          Store(a, o + index(i), v);
-        }
-      }
-    }
-  } else {
-    float4 x[kV];
-    float4 y[kV];
-#pragma unroll
-    for (int i = 0; i < kV; ++i) {
-      if (has_first) x[i] = p1[index(i)];
-      if (has_second) y[i] = __ldcs(p2 + index(i));
-    }
-    if (has_first) {
-#pragma unroll
-      for (int i = 0; i < kV; ++i) acc += x[i].x + x[i].y + x[i].z + x[i].w;
-    }
-    if (has_second) {
+    if (kShape == Shape::kBulkFirst && has_second) WriteScaled<kV>(a, c, y);
+    if (kShape == Shape::kBulkAll && has_second) {
 #pragma unroll
       for (int i = 0; i < kV; ++i) {
-        const float4 v = Scaled(y[i]);
-        Store(a, o + index(i), v);
+        const int index = VectorIndex<kV, false>(i);
+        slot[index] = Scaled(slot[index]);
+      }
+      hopper::FenceProxyAsyncShared();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        asm volatile(
+            "cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+            "cp.async.bulk.commit_group;\n"
+            "cp.async.bulk.wait_group.read 0;\n" ::"l"(a.out + c * (kV * kThreads)),
+            "r"(hopper::SharedAddress(slot)), "r"(kChunkBytes)
+            : "memory");
       }
     }
   }
