@@ -118,12 +118,12 @@ GEMM_ALGORITHMS = {"auto": 0, "small": 1, "sgemm": 2, "tf32x3": 3, "skinny": 4}
 GROUPNORM_SCHEDULES = {"auto": 0, "two-read": 1, "lagged": 2}
 CONV_GROUPNORM_SCHEDULES = {"auto": 0, "after": 1, "concurrent": 2}
 # Pinned lagged GroupNorm rows of family C beside the library's choice (a lag
-# of one group + 192 chunks, 448 at the reference shape; 5 CTAs per SM, the
-# chunk to normalise staged in shared memory): (schedule, lag in chunks of 32
-# KiB, CTAs per SM). Shorter and longer lags staged, the previous default (320
-# at 4 per SM), and the 3-per-SM register build.
-DEFAULT_GN_VARIANTS = (("lagged", 384, 5), ("lagged", 512, 5), ("lagged", 320, 4),
-                       ("lagged", 320, 3))
+# of one group + 64 chunks, 192 at the reference shape; 3 CTAs per SM, the
+# chunk to normalise staged in shared memory): (schedule, lag in chunks of 64
+# KiB, CTAs per SM). Shorter and longer lags staged, 2 per SM staged, and the
+# 1-per-SM register build.
+DEFAULT_GN_VARIANTS = (("lagged", 160, 3), ("lagged", 224, 3), ("lagged", 192, 2),
+                       ("lagged", 192, 1))
 # The library's own choice (families.h kMinConcurrentGroupNormBatch).
 MIN_CONCURRENT_GROUPNORM_BATCH = 8
 
@@ -317,8 +317,8 @@ def configurations(quick, conv_gn_sms=(), gn_variants=None):
     bytes_ = 4 * 2 * n * 64 * 512 * 512
     configs.append((f"C groupnorm n={n}", "C", spec, "fp32", (n, 64, 512, 512), 0, bytes_, None))
     # The schedule the library does not pick, and the lagged schedule's knobs
-    # around its defaults (one group is 256 chunks of 32 KiB; the default lag
-    # is 448 with 5 CTAs per SM, staged).
+    # around its defaults (one group is 128 chunks of 64 KiB; the default lag
+    # is 192 with 3 CTAs per SM, staged).
     if not quick:
       configs.append((f"C groupnorm n={n} two-read", "C", spec, "fp32", (n, 64, 512, 512), 0,
                       bytes_, {"schedule": "two-read"}))
@@ -356,7 +356,7 @@ def main():
                            "of family A, each a row at the largest batch")
   parser.add_argument("--gn-variants", default=None,
                       help="family C's pinned one-read rows instead of the default ones: "
-                           "comma-separated schedule:lag:ctas, e.g. lagged:384:0,lagged:448:2")
+                           "comma-separated schedule:lag:ctas, e.g. lagged:160:0,lagged:224:2")
   args = parser.parse_args()
   conv_gn_sms = [int(v) for v in args.conv_gn_sms.split(",") if v]
   gn_variants = None

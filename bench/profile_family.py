@@ -24,7 +24,7 @@ def main():
   parser.add_argument("--runs", type=int, default=4)
   parser.add_argument("--pin", default=None,
                       help="options pinning one of our algorithms, as JSON (make_ours' options), "
-                           "e.g. '{\"schedule\": \"lagged\", \"lag\": 448, \"ctas\": 2}'")
+                           "e.g. '{\"schedule\": \"lagged\", \"lag\": 224, \"ctas\": 2}'")
   args = parser.parse_args()
 
   torch.manual_seed(0)

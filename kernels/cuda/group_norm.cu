@@ -17,7 +17,7 @@
 // Schedule. A (sample, group) slab is contiguous in memory ([C/G channels x
 // spatial]), so it is cut into chunks of kChunkElements and every kernel
 // below runs one CTA per (group, chunk): a batch of one still fills the GPU
-// (the reference groupnorm, 64x512x512 with G=8, is 8 x 256 chunks per
+// (the reference groupnorm, 64x512x512 with G=8, is 8 x 128 chunks per
 // sample).
 //  1. GroupPartialsKernel: per chunk, the sum and sum of squares of the
 //     values shifted by the group's first value, into the workspace.

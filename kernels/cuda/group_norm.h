@@ -48,17 +48,17 @@ enum class GroupNormSchedule { kAuto, kTwoRead, kLagged };
 
 struct GroupNormOptions {
   GroupNormSchedule schedule = GroupNormSchedule::kAuto;
-  // kLagged's lag in chunks of 8192 elements; 0 picks the default (one
-  // group's chunks + 192). Must cover one group's chunks and at most the
+  // kLagged's lag in chunks of 16384 elements; 0 picks the default (one
+  // group's chunks + 64). Must cover one group's chunks and at most the
   // tensor's. The defaults here were the fastest of the lags and residencies
-  // measured on both an H100 and an H200 (bench/kernel_notes.md v26).
+  // measured on both an H100 and an H200 (bench/kernel_notes.md v28).
   int64_t lag_chunks = 0;
-  // kLagged's CTAs resident per SM and the build that runs them: 5 (the
-  // default) or 4 (the chunk to normalise staged in shared memory, 48
-  // registers; the registers allow no more than 5, so 0 or more than 5 run
-  // the same as 5), 3 (both chunks in registers, 80 registers) or 1-2 (128
-  // registers), capped through dynamic shared memory.
-  int lagged_ctas_per_sm = 5;
+  // kLagged's CTAs resident per SM and the build that runs them: 3 (the
+  // default) or 2 (the chunk to normalise staged in 64 KiB of shared memory,
+  // 40 registers; shared memory allows no more than 3, so 0 or more than 3
+  // run the same as 3) or 1 (both chunks in registers, 128 registers),
+  // capped through dynamic shared memory.
+  int lagged_ctas_per_sm = 3;
 };
 
 // Device scratch GroupNorm needs for `params` under any schedule (may be 0).

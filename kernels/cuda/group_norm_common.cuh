@@ -15,15 +15,23 @@
 
 namespace fuseserve::cuda::group_norm_detail {
 
-// 256 threads x 8 float4 loads in flight each: 32 KiB per CTA, enough bytes
-// in flight per SM at several resident CTAs to cover HBM latency. A chunk
-// is what one CTA reads.
-constexpr int kThreads = 256;
+// 512 threads x 8 float4 loads in flight each: 64 KiB per CTA, enough bytes
+// in flight per SM at a few resident CTAs to cover HBM latency. A chunk is
+// what one CTA reads. 512 rather than 256 halves the per-chunk work (ticket,
+// block sum, partial, arrival) per byte: the lagged schedule ran 1.6% faster
+// on an H200 and 1.4% on an H100 (bench/kernel_notes.md v28).
+constexpr int kThreads = 512;
 constexpr int kVectorsPerThread = 8;
-constexpr int64_t kChunkElements = int64_t{kThreads} * 4 * kVectorsPerThread;
+// The elements one block of `block_threads` reads.
+constexpr int64_t ChunkElementsFor(int block_threads) {
+  return int64_t{block_threads} * 4 * kVectorsPerThread;
+}
+constexpr int64_t kChunkElements = ChunkElementsFor(kThreads);
 
 // How a GroupNorm tensor is cut: a (sample, group) slab is contiguous
-// ([C/G channels x spatial]) and split into chunks of kChunkElements.
+// ([C/G channels x spatial]) and split into chunks of kChunkElements (or of
+// a normaliser's own size: the chunks only have to match where partial sums
+// are taken, not where a group's statistics are applied).
 struct GroupGeometry {
   int64_t group_size = 0;  // (C / G) * spatial, elements per (sample, group)
   int64_t chunks_per_group = 0;
@@ -31,10 +39,10 @@ struct GroupGeometry {
   int64_t total_chunks = 0;
 };
 
-inline GroupGeometry Geometry(const GroupNormParams& p) {
+inline GroupGeometry Geometry(const GroupNormParams& p, int64_t chunk_elements = kChunkElements) {
   GroupGeometry geometry;
   geometry.group_size = p.channels / p.num_groups * p.spatial_size;
-  geometry.chunks_per_group = (geometry.group_size + kChunkElements - 1) / kChunkElements;
+  geometry.chunks_per_group = (geometry.group_size + chunk_elements - 1) / chunk_elements;
   geometry.total_groups = p.batch * p.num_groups;
   geometry.total_chunks = geometry.total_groups * geometry.chunks_per_group;
   return geometry;
@@ -107,13 +115,14 @@ __device__ __forceinline__ float4 StatsFromSums(const double* group_sums, int64_
 
 // output = ((prologue(input) - mean_hi) - mean_lo) * (rstd * weight[c]) +
 // bias[c] over chunk `chunk` of (sample, group) slab `group` (n * num_groups
-// + g), by the kThreads threads of a block, with the group's `stats`
+// + g), by the kBlockThreads threads of a block (chunks of
+// ChunkElementsFor(kBlockThreads)), with the group's `stats`
 // (PackStats). output may equal input (each element is read and then
 // written by the same thread), so the input is read with ordinary loads,
 // not through the read-only cache. Vectorised when `vectorized`: input and
 // output are 16-byte aligned and spatial_size is a multiple of 4 (a float4
 // then lies in one channel and every chunk boundary is float4-aligned).
-template <bool kGelu>
+template <bool kGelu, int kBlockThreads = kThreads>
 __device__ __forceinline__ void NormalizeChunk(const float* input, const float* __restrict__ weight,
                                                const float* __restrict__ bias, float4 stats,
                                                int64_t group, int64_t chunk, int64_t num_groups,
@@ -135,8 +144,9 @@ __device__ __forceinline__ void NormalizeChunk(const float* input, const float* 
     return first_channel + offset / spatial_size;
   };
 
-  const int64_t begin = chunk * kChunkElements;
-  const int64_t end = min(begin + kChunkElements, group_size);
+  constexpr int64_t kElements = ChunkElementsFor(kBlockThreads);
+  const int64_t begin = chunk * kElements;
+  const int64_t end = min(begin + kElements, group_size);
   const int64_t base = group * group_size;
   if (vectorized) {
     const float4* in = reinterpret_cast<const float4*>(input + base + begin);
@@ -145,12 +155,12 @@ __device__ __forceinline__ void NormalizeChunk(const float* input, const float* 
     float4 loaded[kVectorsPerThread];
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int index = static_cast<int>(threadIdx.x) + i * kBlockThreads;
       if (index < count) loaded[i] = in[index];
     }
 #pragma unroll
     for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int index = static_cast<int>(threadIdx.x) + i * kBlockThreads;
       if (index < count) {
         const int64_t channel = channel_of(begin + int64_t{index} * 4);
         const float scale = rstd * LoadOr(weight, channel, 1.0f);
@@ -159,7 +169,7 @@ __device__ __forceinline__ void NormalizeChunk(const float* input, const float* 
       }
     }
   } else {
-    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kBlockThreads) {
       const int64_t channel = channel_of(i);
       const float scale = rstd * LoadOr(weight, channel, 1.0f);
       const float v = Prologue<kGelu>(input[base + i]);

@@ -1,5 +1,3 @@
-#include "kernels/cuda/group_norm_concurrent.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,9 +10,10 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
+#include "kernels/cuda/group_norm_concurrent.h"
 
-// Work items are GroupNormApply's chunks (kChunkElements of one (sample,
-// group) slab) in tensor order, so sample-major: a block's thread 0 takes
+// Work items are chunks of ChunkElementsFor(kConcurrentThreads) of one
+// (sample, group) slab, in tensor order, so sample-major: a block's thread 0 takes
 // the next one from a global counter, waits until the chunk's sample is
 // complete (acquire) and reads the group's sums; then the block normalises
 // the chunk with group_norm_detail::NormalizeChunk, as GroupNormApply's
@@ -28,11 +27,20 @@ namespace fuseserve::cuda {
 namespace {
 
 using group_norm_detail::Aligned16;
+using group_norm_detail::ChunkElementsFor;
 using group_norm_detail::Geometry;
 using group_norm_detail::GroupGeometry;
-using group_norm_detail::kThreads;
 using group_norm_detail::NormalizeChunk;
 using group_norm_detail::StatsFromSums;
+
+// Threads per block, and so the chunk a work item is: 256 (chunks of 8192
+// elements, as family A was tuned with), not GroupNorm's 512. With 512
+// here, family A on an H200 ran 0.901-0.905 ms against 0.891 at 32 samples
+// and 3.52 against 3.48 at 128 (within 128's spread of 3.46-3.52 between
+// runs; bench/kernel_notes.md v28). Only the chunks that partial sums are
+// taken over fix the numerics, and this kernel takes none.
+constexpr int kConcurrentThreads = 256;
+constexpr int64_t kConcurrentChunkElements = ChunkElementsFor(kConcurrentThreads);
 
 // Blocks per multiprocessor the grid is sized for (the registers let ~4 of
 // them be resident at once; the rest start as others finish).
@@ -54,7 +62,7 @@ struct ConcurrentArgs {
   unsigned* next_item;
 };
 
-__global__ void __launch_bounds__(kThreads) ConcurrentNormalizeKernel(ConcurrentArgs a) {
+__global__ void __launch_bounds__(kConcurrentThreads) ConcurrentNormalizeKernel(ConcurrentArgs a) {
   __shared__ int64_t item_shared;
   __shared__ float4 stats_shared;
   const int64_t items_per_sample = a.num_groups * a.geometry.chunks_per_group;
@@ -77,9 +85,9 @@ __global__ void __launch_bounds__(kThreads) ConcurrentNormalizeKernel(Concurrent
     const int64_t item = item_shared;
     if (item >= a.geometry.total_chunks) break;
     const int64_t group = item / a.geometry.chunks_per_group;
-    NormalizeChunk<false>(a.data, a.weight, a.bias, stats_shared, group,
-                          item - group * a.geometry.chunks_per_group, a.num_groups,
-                          a.channels_per_group, a.spatial_size, /*vectorized=*/true, a.data);
+    NormalizeChunk<false, kConcurrentThreads>(
+        a.data, a.weight, a.bias, stats_shared, group, item - group * a.geometry.chunks_per_group,
+        a.num_groups, a.channels_per_group, a.spatial_size, /*vectorized=*/true, a.data);
     // item_shared and stats_shared are rewritten next.
     __syncthreads();
   }
@@ -94,7 +102,8 @@ bool GroupNormConcurrentSupports(const GroupNormParams& params, const float* dat
   if (!ValidateGroupNormParams(params).ok()) return false;
   return params.prologue == GroupNormPrologue::kNone && params.spatial_size % 4 == 0 &&
          Aligned16(data) &&
-         Geometry(params).total_chunks < int64_t{std::numeric_limits<unsigned>::max()};
+         Geometry(params, kConcurrentChunkElements).total_chunks <
+             int64_t{std::numeric_limits<unsigned>::max()};
 }
 
 absl::Status GroupNormApplyConcurrent(const GroupNormParams& params, const double* group_sums,
@@ -117,9 +126,9 @@ absl::Status GroupNormApplyConcurrent(const GroupNormParams& params, const doubl
   int multiprocessors = 0;
   RETURN_IF_CUDA_ERROR(
       cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  const GroupGeometry geometry = Geometry(params);
-  const int64_t blocks = std::min<int64_t>(
-      geometry.total_chunks, int64_t{multiprocessors} * kBlocksPerMultiprocessor);
+  const GroupGeometry geometry = Geometry(params, kConcurrentChunkElements);
+  const int64_t blocks =
+      std::min<int64_t>(geometry.total_chunks, int64_t{multiprocessors} * kBlocksPerMultiprocessor);
 
   ConcurrentArgs args{geometry,
                       params.num_groups,
@@ -134,7 +143,7 @@ absl::Status GroupNormApplyConcurrent(const GroupNormParams& params, const doubl
                       static_cast<unsigned*>(scratch)};
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(kConcurrentThreads);
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -27,8 +27,8 @@
 //    default (staged) build chunk c goes to shared memory by cp.async (each
 //    thread copies its own vectors and, when it normalises them, reads them
 //    where they landed) and chunk t is loaded where it is summed, so that a
-//    CTA holds few registers and 5 CTAs fit per SM; the register builds
-//    load both chunks into registers;
+//    CTA holds few registers and 3 CTAs (of 512 threads) fit per SM; the
+//    register build loads both chunks into registers;
 //  - sums chunk t (shifted sum and sum of squares) into partials[t] and
 //    arrives on its group's counter with a release increment, which nothing
 //    waits for (chunk 0 of each group also stores the group's shift);
@@ -52,7 +52,10 @@
 // from shared memory (no copy to registers first) is worth 1.5-2% on an
 // H200 and nothing on an H100; loading chunk t where it is summed, to 48
 // registers and 5 CTAs per SM with a lag of one group + 192, a further 5%
-// on an H200 (4.37 ms) and 4.5% on an H100 (5.39 ms) (v26).
+// on an H200 (4.37 ms) and 4.5% on an H100 (5.39 ms) (v26). Chunks of 512
+// threads (64 KiB; 3 CTAs per SM at 40 registers) halve the ticket, block
+// sum, partial and arrival per byte: 4.27-4.29 ms on an H200 and 5.31-5.32 ms
+// on an H100, 1.4-1.6% faster than v26 in the same calls (v28).
 //
 // Bytes: the input once from HBM (plus what L2 drops within the lag), the
 // output once. Numerics are the two-read schedule's (group_norm.cu): values
@@ -69,23 +72,24 @@ using gpu_scope::LoadAcquire;
 using gpu_scope::LoadRelaxed;
 
 // Past one group's chunks, how many more tickets the lag spans by default:
-// 6 MiB of chunks. A shorter lag keeps more second reads in L2, a longer one
+// 4 MiB of chunks. A shorter lag keeps more second reads in L2, a longer one
 // waits less for the group, and the more CTAs run at once the longer the lag
-// has to be. Measured at the reference shape (one group is 256 chunks), the
-// staged build at 5 CTAs per SM (bench/kernel_notes.md v26): lags of 384 /
-// 448 / 512 / 576 chunks ran 4.43 / 4.37 / 4.39 / 4.40 ms on an H200, and
-// 384 / 448 ran 5.42 / 5.39 ms on an H100 (where 512 at 6 CTAs per SM was
-// already 1% slower; its L2 keeps ~12 MiB of second reads, v22).
-constexpr int64_t kLagSlackChunks = 192;
+// has to be. Measured at the reference shape (one group is 128 chunks of
+// 64 KiB), the staged build at 3 CTAs per SM (bench/kernel_notes.md v28):
+// lags of 160 / 192 / 224 chunks ran 4.32 / 4.27 / 4.29 ms on an H200 and
+// 5.326 / 5.321 / 5.323 ms on an H100. With 32 KiB chunks the best was 448
+// (one group + 192, 14 MiB, v26); the H100's L2 keeps ~12 MiB of second
+// reads (v22).
+constexpr int64_t kLagSlackChunks = 64;
 
 // The warp that works out phase 2's statistics.
 constexpr int kStatsWarp = 1;
 
-// The kernel's builds, by the CTAs per SM their registers allow: 2 (128
-// registers) and 3 (80) hold both chunks in registers; 5 (48, the default)
-// stages the chunk to normalise in kStagedBytes of shared memory and reads
-// the chunk to sum where it sums it.
-constexpr int kStagedMinCtasPerSm = 5;
+// The kernel's builds, by the CTAs per SM they allow: 1 (128 registers)
+// holds both chunks in registers; 3 (40 registers, the default) stages the
+// chunk to normalise in kStagedBytes of shared memory (which allows no more
+// than 3) and reads the chunk to sum where it sums it.
+constexpr int kStagedMinCtasPerSm = 3;
 constexpr size_t kStagedBytes = sizeof(float4) * kThreads * kVectorsPerThread;
 
 // Each group's arrival counter on its own 128-byte line: the counters are
@@ -115,8 +119,7 @@ LaggedLayout Layout(const GroupNormParams& p) {
       RoundUp16(static_cast<size_t>(layout.geometry.total_chunks) * sizeof(double2));
   // A whole line per counter (a cudaMalloc'd workspace is 256-byte aligned).
   layout.counters_offset = (layout.shifts_offset + groups * sizeof(float) + 127) / 128 * 128;
-  layout.counters_bytes =
-      (groups + 1) * static_cast<size_t>(kCounterStride) * sizeof(unsigned int);
+  layout.counters_bytes = (groups + 1) * static_cast<size_t>(kCounterStride) * sizeof(unsigned int);
   layout.total_bytes = layout.counters_offset + layout.counters_bytes;
   return layout;
 }
@@ -176,8 +179,7 @@ struct ChunkSpan {
 __device__ __forceinline__ ChunkSpan SpanOf(const LaggedArgs& a, int64_t chunk) {
   const int64_t group = chunk / a.chunks_per_group;
   const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
-  return {group, begin,
-          static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4)};
+  return {group, begin, static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4)};
 }
 
 // The chunk's first element in `tensor` (the input or the output).
@@ -337,8 +339,8 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
                                                          static_cast<uint32_t>(a.spatial_size))
                                   : offset / a.spatial_size);
       const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
-      __stcs(out + index, Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale,
-                                            LoadOr(a.bias, channel, 0.0f)));
+      __stcs(out + index,
+             Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, LoadOr(a.bias, channel, 0.0f)));
     }
   }
 }
@@ -388,12 +390,11 @@ __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4
   }
 }
 
-// One CTA per ticket, kMinCtasPerSm of them per SM by its registers: the
-// builds for 2 (128 registers) and 3 (80, spilling 4-8 bytes) hold both
-// chunks in registers (unbounded they would take 152: one CTA per SM); the
-// one for 5 (48 registers, no spills) stages the chunk to normalise in
-// kStagedBytes of dynamic shared memory and loads the chunk to sum only
-// where it sums it.
+// One CTA per ticket, kMinCtasPerSm of them per SM: the build for 1 (128
+// registers, the most 512 threads allow; the GELU prologue spills 44 bytes)
+// holds both chunks in registers; the one for 3 (40 registers, no spills)
+// stages the chunk to normalise in kStagedBytes of dynamic shared memory and
+// loads the chunk to sum only where it sums it.
 template <bool kGelu, int kMinCtasPerSm>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
   constexpr bool kStaged = kMinCtasPerSm >= kStagedMinCtasPerSm;
@@ -410,11 +411,10 @@ struct LaggedBuild {
   size_t shared_bytes;
 };
 
-// The build that runs `ctas_per_sm` (0 or more than 3: the staged one).
+// The build that runs `ctas_per_sm` (0 or more than 1: the staged one).
 template <bool kGelu>
 LaggedBuild LaggedBuildFor(int ctas_per_sm) {
-  if (ctas_per_sm == 1 || ctas_per_sm == 2) return {LaggedGroupNormKernel<kGelu, 2>, 0};
-  if (ctas_per_sm == 3) return {LaggedGroupNormKernel<kGelu, 3>, 0};
+  if (ctas_per_sm == 1) return {LaggedGroupNormKernel<kGelu, 1>, 0};
   return {LaggedGroupNormKernel<kGelu, kStagedMinCtasPerSm>, kStagedBytes};
 }
 

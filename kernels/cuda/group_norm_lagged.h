@@ -33,10 +33,10 @@ size_t LaggedWorkspaceBytes(const GroupNormParams& params);
 // Enqueues the memset of the counters and the kernel; `params` validated,
 // LaggedEligible true, workspace 16-byte aligned. ctas_per_sm picks the
 // build and, when > 0, caps the CTAs resident per SM (through dynamic shared
-// memory the kernel does not use): 1 or 2 run a build of 128 registers and
-// 3 one of 80, both holding the two chunks in registers; 0 or 4 and more the
-// staged build (48 registers, the chunk to normalise in 32 KiB of shared
-// memory; at most 5 CTAs per SM by its registers).
+// memory the kernel does not use): 1 runs a build of 128 registers that
+// holds the two chunks in registers; 0 or 2 and more the staged build (40
+// registers, the chunk to normalise in 64 KiB of shared memory; at most 3
+// CTAs per SM by its shared memory).
 absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* input,
                                    const float* weight, const float* bias, float* output,
                                    void* workspace, int64_t lag_chunks, int ctas_per_sm,
