@@ -18,8 +18,8 @@ namespace fuseserve::cuda::group_norm_detail {
 // 512 threads x 8 float4 loads in flight each: 64 KiB per CTA, enough bytes
 // in flight per SM at a few resident CTAs to cover HBM latency. A chunk is
 // what one CTA reads. 512 rather than 256 halves the per-chunk work (ticket,
-// block sum, partial, arrival) per byte: the lagged schedule ran 1.6% faster
-// on an H200 and 1.4% on an H100 (bench/kernel_notes.md v28).
+// block sum, partial, arrival) per byte: the lagged schedule ran 1.1-1.6%
+// faster on an H200 and 1.4% on an H100 (bench/kernel_notes.md v28).
 constexpr int kThreads = 512;
 constexpr int kVectorsPerThread = 8;
 // The elements one block of `block_threads` reads.
