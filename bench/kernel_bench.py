@@ -120,10 +120,8 @@ CONV_GROUPNORM_SCHEDULES = {"auto": 0, "after": 1, "concurrent": 2}
 # Pinned lagged GroupNorm rows of family C beside the library's choice (a lag
 # of one group + 64 chunks, 192 at the reference shape; 3 CTAs per SM, the
 # chunk to normalise staged in shared memory): (schedule, lag in chunks of 64
-# KiB, CTAs per SM). Shorter and longer lags staged, 2 per SM staged, and the
-# 1-per-SM register build.
-DEFAULT_GN_VARIANTS = (("lagged", 160, 3), ("lagged", 224, 3), ("lagged", 192, 2),
-                       ("lagged", 192, 1))
+# KiB, CTAs per SM). Shorter and longer lags, and 2 per SM.
+DEFAULT_GN_VARIANTS = (("lagged", 160, 3), ("lagged", 224, 3), ("lagged", 192, 2))
 # The library's own choice (families.h kMinConcurrentGroupNormBatch).
 MIN_CONCURRENT_GROUPNORM_BATCH = 8
 

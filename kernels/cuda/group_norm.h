@@ -53,11 +53,9 @@ struct GroupNormOptions {
   // tensor's. The defaults here were the fastest of the lags and residencies
   // measured on both an H100 and an H200 (bench/kernel_notes.md v28).
   int64_t lag_chunks = 0;
-  // kLagged's CTAs resident per SM and the build that runs them: 3 (the
-  // default) or 2 (the chunk to normalise staged in 64 KiB of shared memory,
-  // 40 registers; shared memory allows no more than 3, so 0 or more than 3
-  // run the same as 3) or 1 (both chunks in registers, 128 registers),
-  // capped through dynamic shared memory.
+  // kLagged's CTAs resident per SM: 3 (the default: the chunk to normalise
+  // is staged in 64 KiB of shared memory, which allows no more, so 0 or more
+  // than 3 run the same as 3), or 1-2, capped through dynamic shared memory.
   int lagged_ctas_per_sm = 3;
 };
 

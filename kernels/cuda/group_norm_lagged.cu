@@ -23,12 +23,11 @@
 // ticket belongs to a CTA that is running or done), then
 //  - loads chunk t (phase 1, from HBM) and chunk c = t - lag (phase 2, from
 //    L2) at once: chunk c does not change before this CTA writes it (in
-//    place too), so only its statistics have to wait, not its read. In the
-//    default (staged) build chunk c goes to shared memory by cp.async (each
-//    thread copies its own vectors and, when it normalises them, reads them
-//    where they landed) and chunk t is loaded where it is summed, so that a
-//    CTA holds few registers and 3 CTAs (of 512 threads) fit per SM; the
-//    register build loads both chunks into registers;
+//    place too), so only its statistics have to wait, not its read. Chunk c
+//    goes to shared memory by cp.async (each thread copies its own vectors
+//    and, when it normalises them, reads them where they landed) and chunk
+//    t is loaded where it is summed, so that a CTA holds few registers
+//    (40) and 3 CTAs of 512 threads fit per SM;
 //  - sums chunk t (shifted sum and sum of squares) into partials[t] and
 //    arrives on its group's counter with a release increment, which nothing
 //    waits for (chunk 0 of each group also stores the group's shift);
@@ -85,12 +84,10 @@ constexpr int64_t kLagSlackChunks = 64;
 // The warp that works out phase 2's statistics.
 constexpr int kStatsWarp = 1;
 
-// The kernel's builds, by the CTAs per SM they allow: 1 (128 registers)
-// holds both chunks in registers; 3 (40 registers, the default) stages the
-// chunk to normalise in kStagedBytes of shared memory (which allows no more
-// than 3) and reads the chunk to sum where it sums it.
-constexpr int kStagedMinCtasPerSm = 3;
+// The chunk to normalise, staged in shared memory: 64 KiB per CTA, so
+// shared memory allows 3 CTAs per SM, which the registers are bounded for.
 constexpr size_t kStagedBytes = sizeof(float4) * kThreads * kVectorsPerThread;
+constexpr int kMinCtasPerSm = 3;
 
 // Each group's arrival counter on its own 128-byte line: the counters are
 // polled and incremented by hundreds of CTAs at once.
@@ -143,14 +140,8 @@ struct LaggedArgs {
   unsigned int* ticket;
 };
 
-// A chunk's float4 vectors as this thread reads them (thread i holds
-// vectors i, i + kThreads, ...).
-struct ChunkVectorsOfThread {
-  float4 v[kVectorsPerThread];
-  __device__ __forceinline__ float4 operator[](int i) const { return v[i]; }
-};
-
-// The same vectors where StageChunk copied them, read when used (after
+// This thread's float4 vectors of a chunk (thread i holds vectors i,
+// i + kThreads, ...) where StageChunk copied them, read when used (after
 // WaitStaged).
 struct StagedVectorsOfThread {
   const float4* staged;
@@ -160,7 +151,8 @@ struct StagedVectorsOfThread {
 };
 
 // This thread's vectors of a chunk in global memory (from its first
-// element), loaded where they are used: ordinary loads, as LoadChunk<false>.
+// element), loaded where they are used: ordinary loads (not __ldg: with
+// output == input, other CTAs write this tensor).
 struct GlobalVectorsOfThread {
   const float* first;
   __device__ __forceinline__ float4 operator[](int i) const {
@@ -188,31 +180,8 @@ __device__ __forceinline__ T* FirstOf(const LaggedArgs& a, const ChunkSpan& span
   return tensor + span.group * a.group_size + span.begin;
 }
 
-// Loads chunk `chunk` of the tensor: ordinary loads for its first read (not
-// __ldg: with output == input, other CTAs write this tensor), evict-first
-// for its last.
-template <bool kLastUse>
-__device__ __forceinline__ void LoadChunk(const LaggedArgs& a, int64_t chunk,
-                                          ChunkVectorsOfThread& loaded) {
-  const ChunkSpan span = SpanOf(a, chunk);
-  const float4* vectors = reinterpret_cast<const float4*>(FirstOf(a, span, a.input));
-  if (span.count == kThreads * kVectorsPerThread) {  // a whole chunk: no bounds
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
-    }
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kVectorsPerThread; ++i) {
-    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (index < span.count) loaded.v[i] = kLastUse ? __ldcs(vectors + index) : vectors[index];
-  }
-}
-
-// The staged build's last read of chunk `chunk`: this thread's vectors
-// copied (evict-first) to the same places of `staged`, one cp.async group.
+// The last read of chunk `chunk`: this thread's vectors copied
+// (evict-first) to the same places of `staged`, one cp.async group.
 __device__ __forceinline__ void StageChunk(const LaggedArgs& a, int64_t chunk, float4* staged) {
   const ChunkSpan span = SpanOf(a, chunk);
   const float* first = FirstOf(a, span, a.input);
@@ -235,9 +204,10 @@ __device__ __forceinline__ StagedVectorsOfThread WaitStaged(const float4* staged
 
 // Phase 1 for chunk `t`: its partial, then the arrival. Block-uniform;
 // synchronises the block (BlockSum2).
-template <bool kGelu, typename Vectors>
-__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t, const Vectors& loaded) {
+template <bool kGelu>
+__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t) {
   const ChunkSpan span = SpanOf(a, t);
+  const GlobalVectorsOfThread loaded{FirstOf(a, span, a.input)};
   // The group's first value: this group is not normalised (in place) before
   // every chunk of it has arrived, this one included.
   const float shift = Prologue<kGelu>(a.input[span.group * a.group_size]);
@@ -299,12 +269,11 @@ __device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
   return PackStats(static_cast<double>(__ldcg(a.shifts + group)) + shifted_mean, variance, a.eps);
 }
 
-// Phase 2 for chunk `c`, as LoadChunk<true> loaded it (registers) or
-// StageChunk copied it (shared memory, after WaitStaged), with its group's
-// `stats`.
-template <bool kGelu, typename Vectors>
+// Phase 2 for chunk `c`, as StageChunk copied it (after WaitStaged), with
+// its group's `stats`.
+template <bool kGelu>
 __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, float4 stats,
-                                               const Vectors& loaded) {
+                                               const StagedVectorsOfThread& loaded) {
   const ChunkSpan span = SpanOf(a, c);
   const int64_t begin = span.begin;
   const int count = span.count;
@@ -345,77 +314,40 @@ __device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, f
   }
 }
 
-// Ticket t's work: sum chunk t, normalise chunk t - lag. The staged build
-// copies chunk t - lag to `staged` first and loads chunk t where it sums
-// it; the register builds load both at once. Block-uniform.
-template <bool kGelu, bool kStaged>
+// Ticket t's work: sum chunk t, normalise chunk t - lag. Copies chunk
+// t - lag to `staged` first and loads chunk t where it sums it.
+// Block-uniform.
+template <bool kGelu>
 __device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4* staged) {
   __shared__ float4 group_stats;
   const bool has_sum = t < a.total_chunks;
   const bool has_normalize = t >= a.lag;
   const int64_t c = t - a.lag;
-  // The register builds' chunks (the staged build reads its vectors from
-  // global and shared memory where it uses them).
-  ChunkVectorsOfThread to_sum;
-  ChunkVectorsOfThread to_normalize;
-  if constexpr (kStaged) {
-    if (has_normalize) StageChunk(a, c, staged);
-  } else {
-    if (has_sum) LoadChunk<false>(a, t, to_sum);
-    if (has_normalize) LoadChunk<true>(a, c, to_normalize);
-  }
+  if (has_normalize) StageChunk(a, c, staged);
   const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
   const int64_t group = c / a.chunks_per_group;
   const unsigned int early_count =
       stats_warp ? LoadRelaxed(a.arrivals + group * kCounterStride) : 0;
-  if (has_sum) {
-    if constexpr (kStaged) {
-      const ChunkSpan span = SpanOf(a, t);
-      SumChunk<kGelu>(a, t, GlobalVectorsOfThread{FirstOf(a, span, a.input)});
-    } else {
-      SumChunk<kGelu>(a, t, to_sum);
-    }
-  }
+  if (has_sum) SumChunk<kGelu>(a, t);
   if (has_normalize) {
     if (stats_warp) {
       const float4 stats = GroupStats(a, group, early_count);
       if (threadIdx.x % 32 == 0) group_stats = stats;
     }
     __syncthreads();
-    if constexpr (kStaged) {
-      NormalizeChunk<kGelu>(a, c, group_stats, WaitStaged(staged));
-    } else {
-      NormalizeChunk<kGelu>(a, c, group_stats, to_normalize);
-    }
+    NormalizeChunk<kGelu>(a, c, group_stats, WaitStaged(staged));
   }
 }
 
-// One CTA per ticket, kMinCtasPerSm of them per SM: the build for 1 (128
-// registers, the most 512 threads allow; the GELU prologue spills 44 bytes)
-// holds both chunks in registers; the one for 3 (40 registers, no spills)
-// stages the chunk to normalise in kStagedBytes of dynamic shared memory and
-// loads the chunk to sum only where it sums it.
-template <bool kGelu, int kMinCtasPerSm>
+// One CTA per ticket, with kStagedBytes of dynamic shared memory; bounded
+// to 40 registers (no spills) so that 3 fit per SM.
+template <bool kGelu>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
-  constexpr bool kStaged = kMinCtasPerSm >= kStagedMinCtasPerSm;
   extern __shared__ float4 staged[];
   __shared__ unsigned int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(a.ticket, 1u);
   __syncthreads();
-  RunTicket<kGelu, kStaged>(a, ticket, staged);
-}
-
-// A build of the kernel and the dynamic shared memory it uses.
-struct LaggedBuild {
-  void (*kernel)(LaggedArgs);
-  size_t shared_bytes;
-};
-
-// The build that runs `ctas_per_sm` (0 or more than 1: the staged one).
-template <bool kGelu>
-LaggedBuild LaggedBuildFor(int ctas_per_sm) {
-  if (ctas_per_sm == 1) return {LaggedGroupNormKernel<kGelu, 1>, 0};
-  return {LaggedGroupNormKernel<kGelu, kStagedMinCtasPerSm>, kStagedBytes};
+  RunTicket<kGelu>(a, ticket, staged);
 }
 
 }  // namespace
@@ -463,13 +395,13 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   args.arrivals = counters;
   args.ticket = counters + layout.geometry.total_groups * kCounterStride;
   const auto blocks = static_cast<unsigned int>(layout.geometry.total_chunks + lag_chunks);
-  const LaggedBuild build = params.prologue == GroupNormPrologue::kGeluErf
-                                ? LaggedBuildFor<true>(ctas_per_sm)
-                                : LaggedBuildFor<false>(ctas_per_sm);
-  ASSIGN_OR_RETURN(const size_t shared_bytes,
-                   ResidencyPadding(reinterpret_cast<const void*>(build.kernel), ctas_per_sm,
-                                    build.shared_bytes));
-  build.kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
+  void (*const kernel)(LaggedArgs) = params.prologue == GroupNormPrologue::kGeluErf
+                                         ? LaggedGroupNormKernel<true>
+                                         : LaggedGroupNormKernel<false>;
+  ASSIGN_OR_RETURN(
+      const size_t shared_bytes,
+      ResidencyPadding(reinterpret_cast<const void*>(kernel), ctas_per_sm, kStagedBytes));
+  kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
   return CudaStatus(cudaGetLastError(), "GroupNorm (lagged) kernel launch");
 }
 

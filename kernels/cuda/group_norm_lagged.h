@@ -31,12 +31,10 @@ int64_t DefaultLagChunks(const GroupNormParams& params);
 size_t LaggedWorkspaceBytes(const GroupNormParams& params);
 
 // Enqueues the memset of the counters and the kernel; `params` validated,
-// LaggedEligible true, workspace 16-byte aligned. ctas_per_sm picks the
-// build and, when > 0, caps the CTAs resident per SM (through dynamic shared
-// memory the kernel does not use): 1 runs a build of 128 registers that
-// holds the two chunks in registers; 0 or 2 and more the staged build (40
-// registers, the chunk to normalise in 64 KiB of shared memory; at most 3
-// CTAs per SM by its shared memory).
+// LaggedEligible true, workspace 16-byte aligned. The kernel stages the
+// chunk to normalise in 64 KiB of shared memory, so at most 3 CTAs run per
+// SM; ctas_per_sm > 0 caps them lower (1 or 2, through dynamic shared memory
+// the kernel does not use); 0 or 3 and more leave them at 3.
 absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* input,
                                    const float* weight, const float* bias, float* output,
                                    void* workspace, int64_t lag_chunks, int ctas_per_sm,

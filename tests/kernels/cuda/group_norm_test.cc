@@ -336,9 +336,9 @@ TEST_F(CudaGroupNormTest, LaggedAndTwoReadSchedulesAgreeBitForBit) {
 // The lag's two bounds: one group's chunks (the wait targets the group just
 // read) and the whole tensor (every chunk summed before any is normalised);
 // out of place and in place, on groups of several chunks (the last one
-// partial); with every build (3 CTAs per SM, the default, and 2: staged in
-// shared memory; 4, more than shared memory allows: the same as 3; 1: in
-// registers) and residency left to shared memory (0: the staged build).
+// partial); at every residency (3 CTAs per SM, the default; 2 and 1,
+// capped; 4, more than shared memory allows: the same as 3; 0, left to
+// shared memory).
 TEST_F(CudaGroupNormTest, LaggedScheduleIsExactAtItsShortestAndLongestLag) {
   const Case c{3, 64, {96, 96}, 8};  // groups of 73728 elements: 5 chunks, 24 groups
   const int64_t per_group = ChunksPerGroup(c);
