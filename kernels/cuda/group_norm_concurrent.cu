@@ -1,3 +1,5 @@
+#include "kernels/cuda/group_norm_concurrent.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,18 +12,17 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gpu_scope.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
-#include "kernels/cuda/group_norm_concurrent.h"
 
-// Work items are chunks of ChunkElementsFor(kConcurrentThreads) of one
-// (sample, group) slab, in tensor order, so sample-major: a block's thread 0 takes
-// the next one from a global counter, waits until the chunk's sample is
-// complete (acquire) and reads the group's sums; then the block normalises
-// the chunk with group_norm_detail::NormalizeChunk, as GroupNormApply's
-// NormalizeKernel does. Taking items by counter, rather than by block
-// index, lets the blocks that only become resident when the producer's
-// blocks exit share the last samples' work. (A claimer warp taking the next
-// chunk while the block normalises the current one measured the same at the
-// reference shape, bench/kernel_notes.md v18: not kept.)
+// Work items are chunks (ChunkElementsFor(kConcurrentThreads) elements of
+// one (sample, group) slab) in tensor order, so sample-major: a block's
+// thread 0 takes the next one from a global counter, waits until the
+// chunk's sample is complete (acquire) and reads the group's sums; then the
+// block normalises the chunk with group_norm_detail::NormalizeChunk, as
+// GroupNormApply's NormalizeKernel does. Taking items by counter, rather
+// than by block index, lets the blocks that only become resident when the
+// producer's blocks exit share the last samples' work. (A claimer warp
+// taking the next chunk while the block normalises the current one measured
+// the same at the reference shape, bench/kernel_notes.md v18: not kept.)
 
 namespace fuseserve::cuda {
 namespace {
