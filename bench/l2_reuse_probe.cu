@@ -27,6 +27,18 @@
 //                   contiguous vectors, chunk t by one bulk copy (TMA) into
 //                   shared memory, and both chunks by bulk copies with the
 //                   output written back by a bulk store
+//   fabric          for ncu's L2 fabric counters (scripts/gpu/fabric_probe.sh;
+//                   kernel_notes v29), each launch after one untimed one: a
+//                   copy; the ticket traffic at 8, 12 and 16 MiB lags, each
+//                   followed by sm_local, the same traffic with the second
+//                   read on the SM of the first (the CTA with the k-th
+//                   position on its SM re-reads the chunk of that SM's
+//                   (k - L)-th, L = 1, 2, 3; each SM's last L chunks are not
+//                   re-read); then a persistent grid of one CTA per SM whose
+//                   second read (12 MiB later) is of a chunk that the SM with
+//                   id smid ^ k read first (k = 0: itself, 1: its TPC pair,
+//                   ...): does the SM that re-reads a line decide whether it
+//                   crosses between the two L2 partitions?
 //   l2_read         every CTA re-reads (ld.global.cg) a buffer that fits in
 //                   L2, again and again: L2's read rate into the SMs
 //   l2_read_write   the same, each vector also written to a second buffer
@@ -37,7 +49,7 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o /tmp/probe bench/l2_reuse_probe.cu
 //   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot | shapes: only those rows; ring: the
 //               copy and ticket rows, then the ring rows; ring and oneshot run
-//               with .cs and with write-back stores]
+//               with .cs and with write-back stores; fabric: those rows]
 // Prints a table; every row also as one JSON line.
 #include <cuda_runtime.h>
 
@@ -165,6 +177,92 @@ __global__ void __launch_bounds__(kThreads) CopyKernel(Args a) {
     const float4 v = Scaled(a.in[i]);
     Store(a, a.out + i, v);
   }
+}
+
+// The fabric mode's persistent grid (one CTA per SM, all resident): CTA
+// b first maps SM ids to CTAs, then in iteration k reads chunk kG + b
+// (ld.global.cg: L2, not L1) and re-reads chunk (k - L)G + p, where p is
+// the CTA on SM smid ^ xor_partner (itself when there is none), and writes
+// it. Every chunk is re-read once when the partner map is a permutation
+// (xor is); `rounds` sets the distance.
+__global__ void __launch_bounds__(kThreads) SmPartnerKernel(Args a, int xor_partner,
+                                                            int* cta_of_sm, unsigned int* arrived) {
+  constexpr int kV = 8;
+  unsigned int smid = 0;
+  unsigned int nsmid = 0;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsmid));
+  __shared__ long long partner;
+  if (threadIdx.x == 0) {
+    cta_of_sm[smid] = static_cast<int>(blockIdx.x);
+    __threadfence();
+    atomicAdd(arrived, 1u);
+    while (atomicAdd(arrived, 0u) < gridDim.x) {
+    }
+    const unsigned int other = smid ^ static_cast<unsigned int>(xor_partner);
+    const int p = other < nsmid ? atomicAdd(cta_of_sm + other, 0) : -1;
+    partner = p >= 0 ? p : blockIdx.x;
+  }
+  __syncthreads();
+  const long long b = blockIdx.x;
+  const long long g = gridDim.x;
+  float acc = 0.f;
+  for (long long k = 0;; ++k) {
+    const long long first = k * g + b;
+    const long long second = k >= a.rounds ? (k - a.rounds) * g + partner : -1;
+    if (first >= a.chunks && second >= a.chunks) break;
+    const float4* p1 = a.in + first * (kV * kThreads);
+    const float4* p2 = a.in + second * (kV * kThreads);
+    float4 x[kV];
+    float4 y[kV];
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      if (first < a.chunks) x[i] = __ldcg(p1 + threadIdx.x + i * kThreads);
+      if (second >= 0 && second < a.chunks) y[i] = __ldcg(p2 + threadIdx.x + i * kThreads);
+    }
+    if (first < a.chunks) {
+#pragma unroll
+      for (int i = 0; i < kV; ++i) acc += x[i].x + x[i].y + x[i].z + x[i].w;
+    }
+    if (second >= 0 && second < a.chunks) WriteScaled<kV>(a, second, y);
+  }
+  if (acc == -12345.f) a.sink[blockIdx.x] = acc;
+}
+
+// The fabric mode's sm_local traffic: ticket t sums chunk t and re-reads
+// (and writes) the chunk that the CTA with this SM's (k - L)-th local
+// ticket summed, where k is its own local ticket. `local` is [sms][kRing]
+// (k << 32 | t, so that a slot is read only once it holds entry k - L) and
+// then [sms] counters.
+constexpr int kRing = 64;
+__global__ void __launch_bounds__(kThreads) SmLocalKernel(Args a, int local_lag,
+                                                          unsigned long long* local) {
+  constexpr int kV = 8;
+  __shared__ long long pair[2];
+  if (threadIdx.x == 0) {
+    unsigned int smid = 0;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    const long long t = atomicAdd(a.ticket, 1u);
+    unsigned long long* ring = local + smid * kRing;
+    auto* counter = reinterpret_cast<unsigned int*>(local + 1024 * kRing) + smid * 32;
+    const long long k = atomicAdd(counter, 1u);
+    __stcg(ring + k % kRing, (static_cast<unsigned long long>(k) << 32) | t);
+    long long c = -1;
+    if (k >= local_lag) {
+      const unsigned long long want = static_cast<unsigned long long>(k - local_lag);
+      unsigned long long e;
+      do {
+        e = __ldcg(ring + (k - local_lag) % kRing);
+      } while ((e >> 32) != want);
+      c = static_cast<long long>(e & 0xffffffffu);
+    }
+    pair[0] = t;
+    pair[1] = c;
+  }
+  __syncthreads();
+  float acc = 0.f;
+  Phase<kV>(a, pair[0], pair[1], acc);
+  if (acc == -12345.f) a.sink[blockIdx.x] = acc;
 }
 
 // The ring mode (see the top). Chunks kV * kThreads float4; CTA b takes
@@ -508,6 +606,66 @@ void Ring(Probe& p, double gib, int ctas_per_sm, double copy_ms) {
   Report(mode, kV, 0, ms, bytes, copy_ms);
 }
 
+// The fabric mode (see the top). Each row is the median of 1 launch (the
+// copy, the 12 MiB ticket row, the partner rows) or 3 (the lag pairs) after
+// an untimed one; under ncu every launch is one line, in that order.
+void Fabric(Probe& p, double gib) {
+  constexpr int kV = 8;
+  const long long chunk_bytes = 16LL * kV * kThreads;
+  p.args.chunks = static_cast<long long>(gib * (1LL << 30)) / chunk_bytes;
+  const double bytes = 2.0 * p.args.chunks * chunk_bytes;
+  const int grid = p.sms;
+  p.args.grid = grid;
+  const float copy_ms = p.Time([&] { CopyKernel<kV><<<grid * 4, kThreads>>>(p.args); }, 1);
+  Report("copy", kV, 0, copy_ms, bytes, copy_ms);
+  p.args.lag = static_cast<long long>(12.0 * (1 << 20)) / chunk_bytes;
+  const float ticket = p.Time(
+      [&] {
+        TicketKernel<kV><<<static_cast<unsigned>(p.args.chunks + p.args.lag), kThreads>>>(p.args);
+      },
+      1);
+  Report("ticket", kV, 12.0, ticket, bytes, copy_ms);
+  p.Prepare(TicketKernel<kV>);
+  p.Prepare(SmLocalKernel);
+  unsigned long long* local = nullptr;
+  const size_t local_bytes = 1024 * kRing * sizeof(unsigned long long) + 1024 * 128;
+  CHECK(cudaMalloc(&local, local_bytes));
+  // Ticket lags of 8 / 12 / 16 MiB, each followed by sm_local at 1 / 2 / 3
+  // queue positions (4.1 / 8.3 / 12.4 MiB with 132 SMs).
+  const double ticket_lags_mib[] = {8.0, 12.0, 16.0};
+  for (int local_lag = 1; local_lag <= 3; ++local_lag) {
+    const double lag_mib = ticket_lags_mib[local_lag - 1];
+    p.args.lag = static_cast<long long>(lag_mib * (1 << 20)) / chunk_bytes;
+    const auto blocks = static_cast<unsigned>(p.args.chunks + p.args.lag);
+    auto ticket_run = [&] { TicketKernel<kV><<<blocks, kThreads, p.pad>>>(p.args); };
+    Report("ticket", kV, lag_mib, p.Time(ticket_run, 3), bytes, copy_ms);
+    auto local_run = [&] {
+      CHECK(cudaMemsetAsync(local, 0xff, 1024 * kRing * sizeof(unsigned long long)));
+      CHECK(cudaMemsetAsync(local + 1024 * kRing, 0, 1024 * 128));
+      SmLocalKernel<<<static_cast<unsigned>(p.args.chunks), kThreads, p.pad>>>(p.args, local_lag,
+                                                                                 local);
+    };
+    Report("sm_local", kV, local_lag * grid * chunk_bytes / double(1 << 20), p.Time(local_run, 3),
+           bytes, copy_ms);
+  }
+  int* cta_of_sm = nullptr;
+  CHECK(cudaMalloc(&cta_of_sm, 1024 * sizeof(int)));
+  p.args.rounds = static_cast<int>(12.0 * (1 << 20) / (grid * chunk_bytes) + 0.5);
+  for (int xor_partner : {0, 1, 2, 4, 8, 16, 32, 64, 3, 6}) {
+    const float ms = p.Time(
+        [&] {
+          CHECK(cudaMemsetAsync(cta_of_sm, 0xff, 1024 * sizeof(int)));
+          SmPartnerKernel<<<grid, kThreads>>>(p.args, xor_partner, cta_of_sm, p.args.ticket);
+        },
+        1);
+    char mode[64];
+    std::snprintf(mode, sizeof(mode), "sm_xor_%d", xor_partner);
+    Report(mode, kV, p.args.rounds * grid * chunk_bytes / double(1 << 20), ms, bytes, copy_ms);
+  }
+  CHECK(cudaFree(cta_of_sm));
+  CHECK(cudaFree(local));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -563,6 +721,10 @@ int main(int argc, char** argv) {
       std::printf("stores: %s\n", plain ? "st.global (write-back)" : "st.global.cs");
       Shapes(p, gib);
     }
+    return 0;
+  }
+  if (argc > 3 && std::string(argv[3]) == "fabric") {
+    Fabric(p, gib);
     return 0;
   }
   if (argc > 3 && std::string(argv[3]) == "l2") {
