@@ -22,7 +22,7 @@
 // its own side or on either, timed (L2 flushed before each) and checked.
 //
 // Build and run (on the GPU host):
-//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/partition bench/l2_partition_probe.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o /tmp/partition bench/l2_partition_probe.cu
 //   /tmp/partition OUT_FILE        # the map; python3 bench/l2_partition_fit.py OUT_FILE
 //   /tmp/partition copy [GiB=4]    # needs 1 + 8 x SMs pages of 2 MiB
 // The map prints, per SM, the fraction of fast lines and how far its fast
@@ -37,17 +37,9 @@
 #include <string>
 #include <vector>
 
-namespace {
+#include "bench/cuda_check.h"
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t err_ = (call);                                                        \
-    if (err_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,               \
-                   cudaGetErrorString(err_));                                         \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+namespace {
 
 constexpr int kFineLines = 4096;    // 128-byte steps
 constexpr int kCoarseLines = 4096;  // 4 KiB steps

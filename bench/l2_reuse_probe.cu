@@ -60,6 +60,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_check.h"
 #include "kernels/cuda/hopper.cuh"
 
 namespace {
@@ -67,16 +68,6 @@ namespace {
 namespace hopper = fuseserve::cuda::hopper;
 
 constexpr int kThreads = 256;
-
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t err_ = (call);                                                        \
-    if (err_ != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,               \
-                   cudaGetErrorString(err_));                                         \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 struct Args {
   const float4* in;
