@@ -20,6 +20,13 @@ __device__ __forceinline__ void CpAsync16(float* shared, const float* global, bo
 
 // CpAsync16 of data read for the last time: the L2 lines it reads are the
 // first evicted (an L2 evict-first policy, as ld.global.cs gives a load).
+// Caution (ptxas 13.0, sm_90a): where the shared address is a CTA-uniform
+// base plus a per-thread offset (e.g. `staged + threadIdx.x + i * n`, no
+// per-element predicate), ptxas can emit LDGSTS [R+UR], desc[UR] with the
+// descriptor's register pair overlapping the base, which traps as an
+// illegal instruction. GroupNorm's staging (predicated, one register per
+// address) is not affected; bench/kernel_notes.md v31 has the SASS and a
+// workaround (the address through __shfl_sync).
 __device__ __forceinline__ void CpAsync16LastUse(float* shared, const float* global) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
   uint64_t policy;
