@@ -11,9 +11,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/malloc_trimmer.h"
+#include "common/release_mutexes.h"
 #include "server/server.h"
 #include "server/server_options.h"
 
@@ -48,21 +48,11 @@ void FixMallocMmapThreshold() {
   }
 }
 
-// Debian builds Abseil without NDEBUG, so every absl::Mutex::Lock runs its
-// debug-only deadlock detection: a lock-order graph behind one process-wide
-// lock, updated on every acquisition and every mutex destroyed -- a point of
-// contention between all the request threads. The server turns it off, as a
-// release build of Abseil does; the unit tests, which do not run this main,
-// keep it.
-void DisableMutexDeadlockDetection() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   FixMallocMmapThreshold();
-  DisableMutexDeadlockDetection();
+  fuseserve::DisableMutexDeadlockDetection();
   absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "fuseserve: " << options.status().message() << "\n";
