@@ -4,9 +4,9 @@
 // debug-only deadlock detection: a lock-order graph behind one process-wide
 // lock, updated on every acquisition and every mutex destroyed. gRPC's own
 // locks are absl::Mutex, so that graph becomes a point of contention between
-// all the threads that handle calls. A process's main turns it off, as a
-// release build of Abseil does (the server, and the client's load
-// generator); the unit tests, which do not run those mains, keep it.
+// all the threads that handle calls. The mains of fuseserve, fuseserve-cli
+// and bench/grpc_api/grpc_api_cpu turn it off, as a release build of Abseil
+// does; the unit tests, which do not run those mains, keep it.
 
 namespace fuseserve {
 
