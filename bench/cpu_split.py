@@ -55,6 +55,15 @@ def thread_times(pid):
   return times
 
 
+def minor_faults(pid):
+  """Minor page faults of process `pid` so far (/proc/PID/stat field 10): a
+  page the process touches first after glibc returned it to the system (or
+  after a fresh mapping) costs one, and its zeroing."""
+  with open("/proc/%d/stat" % pid) as f:
+    stat = f.read()
+  return int(stat[stat.rindex(")") + 2:].split()[7])
+
+
 def host_busy_s():
   """(busy CPU seconds, all CPU seconds) of the whole host since boot."""
   with open("/proc/stat") as f:
@@ -66,7 +75,8 @@ def host_busy_s():
 
 def snapshot(server_pid, client_pid):
   return {"time": time.monotonic(), "server": thread_times(server_pid),
-          "client": thread_times(client_pid), "host": host_busy_s()}
+          "client": thread_times(client_pid), "host": host_busy_s(),
+          "faults": {"server": minor_faults(server_pid), "client": minor_faults(client_pid)}}
 
 
 def by_name(before, after, window_s, inferences):
@@ -128,6 +138,8 @@ def measure_run(cli, url, model, concurrency, args, stem, extra=()):
     threads = by_name(first[side], last[side], window_s, inferences)
     us = sum(t["us_per_inference"] for t in threads.values())
     result[side] = {"cores": us * inferences / 1e6 / window_s, "us_per_inference": us,
+                    "minor_faults_per_inference":
+                        (last["faults"][side] - first["faults"][side]) / inferences,
                     "threads": threads}
   return result
 
@@ -200,8 +212,8 @@ def format_result(r):
     top = ", ".join("%s x%d %.1f (busiest %.0f%%)" % (n, t["threads"], t["us_per_inference"],
                                                       100 * t["busiest_core"])
                     for n, t in list(s["threads"].items())[:5])
-    lines.append("  %-6s %.1f cores, %.1f us/inference: %s" % (side, s["cores"],
-                                                               s["us_per_inference"], top))
+    lines.append("  %-6s %.1f cores, %.1f us/inference, %.2f page faults/inference: %s" % (
+        side, s["cores"], s["us_per_inference"], s["minor_faults_per_inference"], top))
   latency = r["latency_us"]
   lines.append("  client latency p50/p90/p99 %.0f/%.0f/%.0f us, max %.0f" % (
       latency["p50"], latency["p90"], latency["p99"], latency["max"]))

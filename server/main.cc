@@ -1,6 +1,5 @@
 // fuseserve: flags -> options -> run; signal handling and drain.
 
-#include <malloc.h>
 #include <pthread.h>
 
 #include <csignal>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "common/malloc_trimmer.h"
 #include "common/release_mutexes.h"
 #include "server/server.h"
@@ -37,21 +37,23 @@ bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
 // resident and fragment: the soak's resident set crept up for minutes
 // (bench/results/2026-11-22-h200-soak-v2.md). A fixed threshold (glibc's
 // initial 128 KiB) keeps large blocks in their own mappings, returned to the
-// system when freed. MALLOC_MMAP_THRESHOLD_ in the environment still wins.
-// That was enough on the CPU backend but not on a GPU host, where the small
-// blocks left free in the arenas still grew the resident set: the
-// MallocTrimmer below returns those (soak-v3.md).
-void FixMallocMmapThreshold() {
+// system when freed. That was enough on the CPU backend but not on a GPU
+// host, where the small blocks left free in the arenas still grew the
+// resident set: the MallocTrimmer below returns those (soak-v3.md).
+// No free() trims a heap's top (kNoTrimThresholdBytes says why); the
+// trimmer returns that memory too. The environment's settings win.
+void TuneMalloc() {
   constexpr int kMmapThresholdBytes = 128 * 1024;
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) {
-    mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
-  }
+  fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kMmapThreshold,
+                                             kMmapThresholdBytes);
+  fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kTrimThreshold,
+                                             fuseserve::kNoTrimThresholdBytes);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  FixMallocMmapThreshold();
+  TuneMalloc();
   fuseserve::DisableMutexDeadlockDetection();
   absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
   if (!options.ok()) {

@@ -9,11 +9,26 @@
 #include "absl/strings/match.h"
 #include "client/bench/bench_command.h"
 #include "client/cli/commands.h"
+#include "common/malloc_options.h"
 #include "common/release_mutexes.h"
 
 namespace {
 
 namespace cli = fuseserve::client::cli;
+
+// No free() trims a heap's top (fuseserve::kNoTrimThresholdBytes says why).
+// Setting any threshold stops glibc from raising the mmap threshold itself,
+// as it did after the first large answer was freed, so it is set to where
+// glibc would take it (its maximum, 32 MiB): large answers come from the
+// heaps, not from a fresh mapping, faulted in page by page, each time. The
+// environment's settings win.
+void TuneMalloc() {
+  constexpr int kMmapThresholdBytes = 32 << 20;
+  fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kMmapThreshold,
+                                             kMmapThresholdBytes);
+  fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kTrimThreshold,
+                                             fuseserve::kNoTrimThresholdBytes);
+}
 
 constexpr char kUsage[] = R"(Usage: fuseserve-cli [global options] <command> [options]
 
@@ -37,6 +52,7 @@ int main(int argc, char** argv) {
   // The bench command's threads complete calls through gRPC, whose locks
   // would otherwise all go through Abseil's debug deadlock graph.
   fuseserve::DisableMutexDeadlockDetection();
+  TuneMalloc();
   cli::GlobalOptions global;
   const absl::StatusOr<int> command_index = cli::ParseGlobalOptions(argc, argv, &global);
   if (!command_index.ok()) {
