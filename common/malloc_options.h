@@ -18,8 +18,8 @@ enum class MallocOption {
 };
 
 // A trim threshold above glibc's largest per-thread heap (64 MiB on 64-bit):
-// no free() shrinks a heap. The server's MallocTrimmer still returns free
-// pages every few seconds (common/malloc_trimmer.h).
+// no free() shrinks a heap. The server sets it only where its MallocTrimmer
+// returns free pages every few seconds (common/malloc_trimmer.h).
 //
 // Why: glibc's default (128 KiB, and fixed there once any threshold is set
 // with mallopt) made each 32 KiB GEMM request cost the server 1.6-1.9 and

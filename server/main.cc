@@ -40,20 +40,22 @@ bool WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
 // system when freed. That was enough on the CPU backend but not on a GPU
 // host, where the small blocks left free in the arenas still grew the
 // resident set: the MallocTrimmer below returns those (soak-v3.md).
-// No free() trims a heap's top (kNoTrimThresholdBytes says why); the
-// trimmer returns that memory too. The environment's settings win.
-void TuneMalloc() {
+// Where that trimmer runs, no free() trims a heap's top
+// (kNoTrimThresholdBytes says why): the trimmer returns that memory too.
+// Without it, glibc's own trimming stays. The environment's settings win.
+void TuneMalloc(bool trimmer_runs) {
   constexpr int kMmapThresholdBytes = 128 * 1024;
   fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kMmapThreshold,
                                              kMmapThresholdBytes);
-  fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kTrimThreshold,
-                                             fuseserve::kNoTrimThresholdBytes);
+  if (trimmer_runs) {
+    fuseserve::SetMallocOptionUnlessConfigured(fuseserve::MallocOption::kTrimThreshold,
+                                               fuseserve::kNoTrimThresholdBytes);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  TuneMalloc();
   fuseserve::DisableMutexDeadlockDetection();
   absl::StatusOr<fuseserve::ServerOptions> options = fuseserve::ParseServerOptions(argc, argv);
   if (!options.ok()) {
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  TuneMalloc(/*trimmer_runs=*/options->malloc_trim_interval_secs > 0);
   std::optional<fuseserve::MallocTrimmer> trimmer;
   if (options->malloc_trim_interval_secs > 0) {
     trimmer.emplace(absl::Seconds(options->malloc_trim_interval_secs));

@@ -102,8 +102,9 @@ Options:
                              requests may take to finish (default 30)
   --malloc-trim-interval-secs=N
                              return the free memory of glibc's malloc arenas
-                             to the system every N seconds (default 10; 0 =
-                             never)
+                             to the system every N seconds, and let no free()
+                             hand a heap's top back in between (default 10;
+                             0 = never, and glibc trims as by default)
   --max-request-bytes=N      largest gRPC request accepted, in bytes (default
                              and maximum 2147483647); larger ones get
                              RESOURCE_EXHAUSTED
