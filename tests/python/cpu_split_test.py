@@ -9,6 +9,7 @@ server flag overridden (FUSESERVE_BINARY, FUSESERVE_CLI).
 """
 
 import json
+import mmap
 import os
 import shutil
 import subprocess
@@ -54,6 +55,19 @@ class CpuSplitTest(unittest.TestCase):
     self.assertTrue(cpu_split.sb.read_config(
         os.path.join(repository, "m")).optimization.cuda.busy_wait_events)
 
+  def test_minor_faults_count_the_pages_a_process_touches_first(self):
+    sys.path.insert(0, _BENCH_DIR)
+    import cpu_split  # noqa: E402
+    pages = 1024
+    region = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    self.addCleanup(region.close)
+    # Small pages only: a transparent huge page would take 512 of them in one fault.
+    region.madvise(mmap.MADV_NOHUGEPAGE)
+    before = cpu_split.minor_faults(os.getpid())
+    for page in range(pages):
+      region[page * mmap.PAGESIZE] = 1
+    self.assertGreaterEqual(cpu_split.minor_faults(os.getpid()) - before, pages)
+
   def test_quick_runs_record_the_split_latency_and_phases_with_overrides(self):
     work_dir = tempfile.mkdtemp(prefix="cpu_split_test_")
     self.addCleanup(shutil.rmtree, work_dir, True)
@@ -90,6 +104,7 @@ class CpuSplitTest(unittest.TestCase):
       self.assertLessEqual(sum(phases[p] for p in PHASES), phases["request"] * 1.001 + 1, run)
       for side in ("server", "client"):
         self.assertGreater(run[side]["us_per_inference"], 0, (side, run))
+        self.assertGreaterEqual(run[side]["minor_faults_per_inference"], 0, (side, run))
         self.assertTrue(run[side]["threads"], (side, run))
       # The server's histograms over the run (warm-up included) hold at
       # least the measured requests, their buckets add up to the count, and
