@@ -67,11 +67,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  TuneMalloc(/*trimmer_runs=*/options->malloc_trim_interval_secs > 0);
   std::optional<fuseserve::MallocTrimmer> trimmer;
   if (options->malloc_trim_interval_secs > 0) {
     trimmer.emplace(absl::Seconds(options->malloc_trim_interval_secs));
   }
+  TuneMalloc(/*trimmer_runs=*/trimmer.has_value());
 
   // Block the stop signals in every thread (threads inherit the mask) so that
   // only sigwait below receives them.
