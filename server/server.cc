@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   manager_options.clock = Clock::Real();
   manager_options.metrics = server->metrics_.get();
   manager_options.cpu_pool = server->cpu_pool_.get();
-  manager_options.response_threads = options.response_threads;
+  manager_options.response_threads = ResponseThreads(options);
   if (!options.batch_trace_file.empty()) {
     ASSIGN_OR_RETURN(server->batch_trace_, BatchTraceWriter::Open(options.batch_trace_file));
     manager_options.batch_trace = server->batch_trace_.get();

@@ -71,6 +71,11 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
 
 }  // namespace
 
+int ResponseThreads(const ServerOptions& options) {
+  if (options.response_threads.has_value()) return *options.response_threads;
+  return options.grpc_infer_threads > 0 ? 0 : kCallbackApiResponseThreads;
+}
+
 absl::StatusOr<std::optional<GrpcTlsCredentials>> LoadGrpcTls(const GrpcSslOptions& ssl) {
   if (!ssl.enabled()) return std::nullopt;
   GrpcTlsCredentials tls;
@@ -108,15 +113,16 @@ Options:
   --max-request-bytes=N      largest gRPC request accepted, in bytes (default
                              and maximum 2147483647); larger ones get
                              RESOURCE_EXHAUSTED
-  --response-threads=N       threads per model that send the answers of
+  --response-threads=N       threads per model that deliver the answers of
                              executed batches, so that an instance starts its
-                             next batch without waiting for them (default 4;
-                             0: the instance's own thread sends them; at most
-                             64)
-  --grpc-infer-threads=N     threads that receive ModelInfer calls, each
-                             serving a gRPC completion queue of its own
-                             (default 4; 0: gRPC's callback API and its own
-                             threads; at most 64)
+                             next batch without waiting for them (0: the
+                             instance's own thread delivers them; at most 64;
+                             default 0 with --grpc-infer-threads above 0,
+                             whose threads send the answers, else 4)
+  --grpc-infer-threads=N     threads that receive ModelInfer calls and send
+                             their answers, each serving a gRPC completion
+                             queue of its own (default 6; 0: gRPC's callback
+                             API and its own threads; at most 64)
   --grpc-use-ssl=BOOL        serve gRPC over TLS (default false); needs
                              --grpc-server-cert and --grpc-server-key
   --grpc-use-ssl-mutual=BOOL TLS that also requires a client certificate
@@ -185,7 +191,9 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, const char* const* ar
             "--malloc-trim-interval-secs must be a non-negative integer, got \"", value, "\""));
       }
     } else if (flag == "response-threads") {
-      RETURN_IF_ERROR(ParseThreadCount(flag, value, kMaxResponseThreads, &options.response_threads));
+      int threads = 0;
+      RETURN_IF_ERROR(ParseThreadCount(flag, value, kMaxResponseThreads, &threads));
+      options.response_threads = threads;
     } else if (flag == "grpc-infer-threads") {
       RETURN_IF_ERROR(
           ParseThreadCount(flag, value, kMaxGrpcInferThreads, &options.grpc_infer_threads));

@@ -11,10 +11,14 @@
 
 namespace fuseserve {
 
-// --response-threads' default: on an H100 host at gemm concurrency 64, 4
-// threads were ahead of none in 5 of 6 interleaved pairs, by ~4-5% on
-// average (bench/results/2026-11-25-h100-serving-ab.md).
-inline constexpr int kDefaultResponseThreads = 4;
+// --response-threads' default while ModelInfer is on gRPC's callback API
+// (--grpc-infer-threads=0): on an H100 host at gemm concurrency 64, 4 threads
+// were ahead of none in 5 of 6 interleaved pairs, by ~4-5% on average
+// (bench/results/2026-11-25-h100-serving-ab.md). On completion queues (the
+// default) the default is none: answers go back to the queues' own threads,
+// and answer threads would only hand them on
+// (bench/results/2026-11-27-h200-grpc-answer-handback.md).
+inline constexpr int kCallbackApiResponseThreads = 4;
 
 // gRPC over TLS: Triton's --grpc-use-ssl* flags, same names and meaning. The
 // paths name PEM files, read at start-up (LoadGrpcTls); their contents are
@@ -35,6 +39,13 @@ struct GrpcSslOptions {
   bool enabled() const { return use_ssl || use_mutual_auth; }
 };
 
+struct ServerOptions;
+
+// The answer threads per model the server runs: --response-threads when
+// given, else none with ModelInfer on completion queues and
+// kCallbackApiResponseThreads on the callback API.
+int ResponseThreads(const ServerOptions& options);
+
 struct ServerOptions {
   std::string model_repository;
   std::string grpc_address = "0.0.0.0";
@@ -50,10 +61,11 @@ struct ServerOptions {
   // with RESOURCE_EXHAUSTED before they are decoded. gRPC's own ceiling,
   // and Triton's default, is INT32_MAX.
   int max_request_bytes = 2147483647;
-  // Threads per model that send executed requests' answers, so that an
+  // Threads per model that deliver executed requests' answers, so that an
   // instance starts its next batch without waiting for them; 0 = each
-  // instance's own thread sends its batch's answers.
-  int response_threads = kDefaultResponseThreads;
+  // instance's own thread delivers its batch's answers. Unset: see
+  // ResponseThreads.
+  std::optional<int> response_threads;
   // ModelInfer on this many gRPC completion queues, a thread each; 0 = on
   // gRPC's callback API (InferenceServiceOptions::infer_threads).
   int grpc_infer_threads = kDefaultGrpcInferThreads;

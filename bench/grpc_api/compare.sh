@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # gRPC's own CPU per unary call, server on the callback API against the
-# completion-queue API with 1, 2 and 4 threads (grpc_api_cpu.cc says what is
-# measured). Each configuration: a fresh server, a 1 s warm-up, SECONDS measured.
+# completion-queue API with 1, 2 and 4 threads, and with 4 threads beside a
+# callback-API service (gRPC's health service, as in fuseserve's server);
+# grpc_api_cpu.cc says what is measured. Each configuration: a fresh server,
+# a 1 s warm-up, SECONDS measured. GRPC_API_CONFIGS="cq 4;cq+health 4" picks
+# configurations (";"-separated).
 #   bench/grpc_api/compare.sh BUILD_DIR/bench/grpc_api/grpc_api_cpu [CONCURRENCY] [BYTES] [SECONDS]
 set -euo pipefail
 bin=$1
@@ -13,7 +16,8 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 echo "concurrency $concurrency, $bytes-byte requests and answers, ${seconds} s, host CPUs $(nproc)"
 printf '%-14s %10s %18s %18s\n' server rpc/s "server us/rpc" "client us/rpc"
-for config in "callback" "cq 1" "cq 2" "cq 4"; do
+IFS=';' read -r -a configs <<< "${GRPC_API_CONFIGS:-callback;cq 1;cq 2;cq 4;cq+health 4}"
+for config in "${configs[@]}"; do
   read -r api threads <<< "$config"
   "$bin" server "$api" "$port" ${threads:+"$threads"} > "$log" &
   server=$!

@@ -7,6 +7,8 @@
 //
 //   grpc_api_cpu server callback PORT
 //   grpc_api_cpu server cq PORT THREADS
+//   grpc_api_cpu server cq+health+notify+handoff PORT THREADS
+//       (any of the three additions: CqOptions says what each adds)
 //       prints "CPU_SECONDS ANSWERED" every 200 ms until SIGTERM
 //   grpc_api_cpu client HOST:PORT CONCURRENCY SECONDS BYTES
 //       closed loop over 4 channels (4 connections); prints
@@ -19,6 +21,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -26,11 +29,14 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/release_mutexes.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "proto/grpc_service.grpc.pb.h"
 
 namespace {
@@ -68,41 +74,159 @@ class CallbackEcho final : public GRPCInferenceService::WithRawCallbackMethod_Mo
 
 using CqEcho = GRPCInferenceService::WithRawMethod_ModelInfer<GRPCInferenceService::Service>;
 
-// One call on a completion queue: requested, then answered, then deleted.
-class CqCall {
- public:
-  CqCall(CqEcho* service, grpc::ServerCompletionQueue* cq) : responder_(&context_) {
-    service->RequestModelInfer(&context_, &request_, &responder_, cq, cq, this);
-  }
+// How a completion-queue server handles its calls, beyond the bare echo:
+// the parts of fuseserve's ModelInfer (queued_inference_service.cc) that
+// gRPC's cost may depend on.
+struct CqOptions {
+  // gRPC's default health service (on the callback API): gRPC then runs its
+  // callback queue's `nexting` threads beside the completion queues.
+  bool health = false;
+  // Each call also asks to be told when it is done (AsyncNotifyWhenDone):
+  // a third event per call on its queue.
+  bool notify = false;
+  // The answer is sent from one of 4 other threads (as fuseserve's answer
+  // threads do), not from the queue's thread.
+  bool handoff = false;
+  // With handoff: the other thread hands the call back to its queue's
+  // thread (a grpc::Alarm already due), which sends the answer.
+  bool handback = false;
+};
 
-  // Handles this call's event; false once it is done with.
-  bool Proceed(CqEcho* service, grpc::ServerCompletionQueue* cq, bool ok) {
-    if (!ok || answering_) return false;
-    new CqCall(service, cq);  // the next call of this queue
-    answering_ = true;
-    answered.fetch_add(1, std::memory_order_relaxed);
-    responder_.Finish(request_, grpc::Status::OK, this);
-    return true;
+// Threads that run posted tasks, first in first out.
+class Workers {
+ public:
+  explicit Workers(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~Workers() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    for (std::thread& thread : threads_) thread.join();
+  }
+  void Post(std::function<void()> task) {
+    absl::MutexLock lock(&mu_);
+    tasks_.push_back(std::move(task));
   }
 
  private:
+  void Run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Workers* w) { return w->stopping_ || !w->tasks_.empty(); }, this));
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+// One call on a completion queue: requested, then answered (and, with
+// `notify`, done), then deleted. Its tags are handled on its queue's thread.
+class CqCall {
+ public:
+  CqCall(CqEcho* service, grpc::ServerCompletionQueue* cq, const CqOptions* options,
+         Workers* workers)
+      : service_(service), cq_(cq), options_(options), workers_(workers), responder_(&context_) {
+    if (options_->notify) context_.AsyncNotifyWhenDone(&done_);
+    service->RequestModelInfer(&context_, &request_, &responder_, cq, cq, &arrived_);
+  }
+
+  // Handles one of a call's tags; deletes the call after its last.
+  static void Handle(void* tag, bool ok) {
+    const Tag& event = *static_cast<Tag*>(tag);
+    CqCall* call = event.call;
+    if (event.kind == Tag::kArrived) {
+      if (!ok) {
+        delete call;
+        return;
+      }
+      new CqCall(call->service_, call->cq_, call->options_, call->workers_);
+      call->awaited_ = call->options_->notify ? 2 : 1;
+      answered.fetch_add(1, std::memory_order_relaxed);
+      if (call->options_->handoff && call->options_->handback) {
+        ++call->awaited_;
+        call->workers_->Post([call] {
+          call->alarm_.Set(call->cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &call->handed_back_);
+        });
+      } else if (call->options_->handoff) {
+        call->workers_->Post([call] { call->Answer(); });
+      } else {
+        call->Answer();
+      }
+      return;
+    }
+    if (event.kind == Tag::kHandedBack) call->Answer();
+    if (--call->awaited_ == 0) delete call;
+  }
+
+ private:
+  struct Tag {
+    enum Kind { kArrived, kAnswered, kDone, kHandedBack };
+    CqCall* call;
+    Kind kind;
+  };
+
+  void Answer() { responder_.Finish(request_, grpc::Status::OK, &answered_); }
+
+  CqEcho* const service_;
+  grpc::ServerCompletionQueue* const cq_;
+  const CqOptions* const options_;
+  Workers* const workers_;
   grpc::ServerContext context_;
   grpc::ByteBuffer request_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
-  bool answering_ = false;
+  int awaited_ = 0;
+  Tag arrived_{this, Tag::kArrived};
+  Tag answered_{this, Tag::kAnswered};
+  Tag done_{this, Tag::kDone};
+  Tag handed_back_{this, Tag::kHandedBack};
+  grpc::Alarm alarm_;
 };
 
-void ServeQueue(CqEcho* service, grpc::ServerCompletionQueue* cq) {
-  for (int i = 0; i < 64; ++i) new CqCall(service, cq);  // calls waiting for a client
+void ServeQueue(CqEcho* service, grpc::ServerCompletionQueue* cq, const CqOptions* options,
+                Workers* workers) {
+  for (int i = 0; i < 64; ++i) new CqCall(service, cq, options, workers);  // calls waiting
   void* tag = nullptr;
   bool ok = false;
-  while (cq->Next(&tag, &ok)) {
-    CqCall* call = static_cast<CqCall*>(tag);
-    if (!call->Proceed(service, cq, ok)) delete call;
-  }
+  while (cq->Next(&tag, &ok)) CqCall::Handle(tag, ok);
 }
 
-int Server(const std::string& api, int port, int threads) {
+// "callback", or "cq" with any of "+health", "+notify", "+handoff" (CqOptions).
+bool ParseApi(const std::string& api, CqOptions* options) {
+  if (api == "callback") return true;
+  std::vector<std::string> parts;
+  std::stringstream stream(api);
+  for (std::string part; std::getline(stream, part, '+');) parts.push_back(part);
+  if (parts.empty() || parts[0] != "cq") return false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i] == "health") {
+      options->health = true;
+    } else if (parts[i] == "notify") {
+      options->notify = true;
+    } else if (parts[i] == "handoff") {
+      options->handoff = true;
+    } else if (parts[i] == "handback") {
+      options->handoff = options->handback = true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+int Server(const std::string& api, const CqOptions& options, int port, int threads) {
+  grpc::EnableDefaultHealthCheckService(options.health);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials());
   CallbackEcho callback;
@@ -116,8 +240,11 @@ int Server(const std::string& api, int port, int threads) {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return 1;
+  std::unique_ptr<Workers> workers = options.handoff ? std::make_unique<Workers>(4) : nullptr;
   std::vector<std::thread> loops;
-  for (auto& queue : queues) loops.emplace_back(ServeQueue, &cq_service, queue.get());
+  for (auto& queue : queues) {
+    loops.emplace_back(ServeQueue, &cq_service, queue.get(), &options, workers.get());
+  }
   std::signal(SIGTERM, [](int) { stopping = 1; });
   while (stopping == 0) {
     std::printf("%.3f %ld\n", ProcessCpuSeconds(), answered.load());
@@ -236,8 +363,9 @@ int main(int argc, char** argv) {
   // deadlock graph (common/release_mutexes.h).
   fuseserve::DisableMutexDeadlockDetection();
   const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.size() >= 3 && args[0] == "server" && (args[1] == "callback" || args[1] == "cq")) {
-    return Server(args[1], std::atoi(args[2].c_str()),
+  CqOptions options;
+  if (args.size() >= 3 && args[0] == "server" && ParseApi(args[1], &options)) {
+    return Server(args[1], options, std::atoi(args[2].c_str()),
                   args.size() > 3 ? std::atoi(args[3].c_str()) : 1);
   }
   if (args.size() == 5 && args[0] == "client") {
@@ -245,7 +373,7 @@ int main(int argc, char** argv) {
                   std::atoi(args[4].c_str()));
   }
   std::fprintf(stderr,
-               "usage: grpc_api_cpu server callback|cq PORT [THREADS]\n"
+               "usage: grpc_api_cpu server callback|cq[+health][+notify][+handoff|+handback] PORT [THREADS]\n"
                "       grpc_api_cpu client HOST:PORT CONCURRENCY SECONDS BYTES\n");
   return 2;
 }

@@ -21,7 +21,7 @@
 namespace fuseserve {
 
 // --grpc-infer-threads' default (see queued_inference_service.h).
-inline constexpr int kDefaultGrpcInferThreads = 4;
+inline constexpr int kDefaultGrpcInferThreads = 6;
 inline constexpr int kMaxGrpcInferThreads = 64;
 
 struct InferenceServiceOptions {

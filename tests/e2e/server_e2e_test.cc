@@ -517,8 +517,9 @@ TEST(ServerE2eCommandLineTest, RejectsAMissingRepositoryWithAClearMessage) {
 }
 
 // How a server receives ModelInfer and sends answers: completion-queue
-// threads (the default; one of them, to exercise a single queue) or gRPC's
-// callback API, with or without response threads.
+// threads (the default, which send the answers of calls handed back to them;
+// one of them, to exercise a single queue; answers handed back from response
+// threads) or gRPC's callback API, with or without response threads.
 struct InferPath {
   const char* name;
   std::vector<std::string> flags;
@@ -531,6 +532,7 @@ std::string InferPathName(const ::testing::TestParamInfo<InferPath>& info) {
 }
 
 const InferPath kInferPaths[] = {
+    {"Defaults", {}},
     {"QueuesAndResponseThreads", {"--response-threads=2"}},
     {"OneQueueNoResponseThreads", {"--grpc-infer-threads=1", "--response-threads=0"}},
     {"CallbackApiAndResponseThreads", {"--grpc-infer-threads=0", "--response-threads=2"}},

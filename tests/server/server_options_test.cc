@@ -46,8 +46,9 @@ TEST(ServerOptionsTest, DefaultsFollowTheSpec) {
   EXPECT_EQ(options->exit_timeout_secs, 30);
   EXPECT_EQ(options->malloc_trim_interval_secs, 10);
   EXPECT_EQ(options->max_request_bytes, 2147483647);
-  EXPECT_EQ(options->response_threads, 4);
-  EXPECT_EQ(options->grpc_infer_threads, 4);
+  EXPECT_FALSE(options->response_threads.has_value());
+  EXPECT_EQ(ResponseThreads(*options), 0);
+  EXPECT_EQ(options->grpc_infer_threads, 6);
   EXPECT_EQ(options->grpc_address, "0.0.0.0");
   EXPECT_EQ(options->metrics_address, "0.0.0.0");
   EXPECT_FALSE(options->strict_readiness);
@@ -145,6 +146,26 @@ TEST(ServerOptionsTest, RejectsBadMallocTrimInterval) {
         HasSubstr("--malloc-trim-interval-secs"))
         << value;
   }
+}
+
+// Answer threads only hand answers on to the completion queues' threads, so
+// by default there are none with them, and 4 on the callback API; a given
+// --response-threads holds either way.
+TEST(ServerOptionsTest, ResponseThreadsDefaultFollowsHowModelInferIsReceived) {
+  absl::StatusOr<ServerOptions> callback_api =
+      Parse({"--model-repository=/m", "--grpc-infer-threads=0"});
+  ASSERT_TRUE(callback_api.ok()) << callback_api.status();
+  EXPECT_EQ(ResponseThreads(*callback_api), kCallbackApiResponseThreads);
+
+  absl::StatusOr<ServerOptions> queues_with_threads =
+      Parse({"--model-repository=/m", "--grpc-infer-threads=2", "--response-threads=3"});
+  ASSERT_TRUE(queues_with_threads.ok()) << queues_with_threads.status();
+  EXPECT_EQ(ResponseThreads(*queues_with_threads), 3);
+
+  absl::StatusOr<ServerOptions> callback_api_without_threads =
+      Parse({"--model-repository=/m", "--grpc-infer-threads=0", "--response-threads=0"});
+  ASSERT_TRUE(callback_api_without_threads.ok()) << callback_api_without_threads.status();
+  EXPECT_EQ(ResponseThreads(*callback_api_without_threads), 0);
 }
 
 TEST(ServerOptionsTest, RejectsResponseThreadsOutsideZeroToSixtyFour) {
