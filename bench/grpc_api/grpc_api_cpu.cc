@@ -116,8 +116,7 @@ class Workers {
       std::function<void()> task;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Workers* w) { return w->stopping_ || !w->tasks_.empty(); }, this));
+        mu_.Await(absl::Condition(this, &Workers::ShouldWake));
         if (tasks_.empty()) return;
         task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -125,6 +124,10 @@ class Workers {
       task();
     }
   }
+  bool ShouldWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopping_ || !tasks_.empty();
+  }
+
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
