@@ -15,7 +15,7 @@
 // 4 queues were ahead of the callback API in every interleaved pair at gemm
 // c64 (bench/results/2026-11-26-h100-grpc-infer-threads.md). Answers handed
 // back to the queues' threads, 6 of them, against answers sent by 4 answer
-// threads on 4 queues: 13% less server CPU per inference and +6% throughput
+// threads on 4 queues: 10% less server CPU per inference and +6% throughput
 // at gemm c64 in 6 pairs on one H200 host; in the echo, an answer sent from
 // another thread cost gRPC 15-22 us more per call than one sent from the
 // queue's thread (bench/results/2026-11-27-h200-grpc-answer-handback.md).
