@@ -39,13 +39,6 @@ struct GrpcSslOptions {
   bool enabled() const { return use_ssl || use_mutual_auth; }
 };
 
-struct ServerOptions;
-
-// The answer threads per model the server runs: --response-threads when
-// given, else none with ModelInfer on completion queues and
-// kCallbackApiResponseThreads on the callback API.
-int ResponseThreads(const ServerOptions& options);
-
 struct ServerOptions {
   std::string model_repository;
   std::string grpc_address = "0.0.0.0";
@@ -86,6 +79,11 @@ struct ServerOptions {
   std::string batch_trace_file;
   bool help = false;
 };
+
+// The answer threads per model the server runs: --response-threads when
+// given, else none with ModelInfer on completion queues and
+// kCallbackApiResponseThreads on the callback API.
+int ResponseThreads(const ServerOptions& options);
 
 // Parses --flag=value / --flag value arguments. InvalidArgument naming the
 // flag for unknown flags and bad values; --model-repository is required

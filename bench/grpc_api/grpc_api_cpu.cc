@@ -8,7 +8,8 @@
 //   grpc_api_cpu server callback PORT
 //   grpc_api_cpu server cq PORT THREADS
 //   grpc_api_cpu server cq+health+notify+handoff PORT THREADS
-//       (any of the three additions: CqOptions says what each adds)
+//       (any of +health, +notify, and +handoff or +handback: CqOptions says
+//       what each adds)
 //       prints "CPU_SECONDS ANSWERED" every 200 ms until SIGTERM
 //   grpc_api_cpu client HOST:PORT CONCURRENCY SECONDS BYTES
 //       closed loop over 4 channels (4 connections); prints
@@ -21,7 +22,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -29,11 +29,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "common/release_mutexes.h"
+#include "common/thread_pool.h"
 #include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -84,54 +84,12 @@ struct CqOptions {
   // Each call also asks to be told when it is done (AsyncNotifyWhenDone):
   // a third event per call on its queue.
   bool notify = false;
-  // The answer is sent from one of 4 other threads (as fuseserve's answer
-  // threads do), not from the queue's thread.
+  // The call goes to one of 4 other threads (a ThreadPool, as fuseserve's
+  // instances and answer threads are), which sends the answer...
   bool handoff = false;
-  // With handoff: the other thread hands the call back to its queue's
-  // thread (a grpc::Alarm already due), which sends the answer.
+  // ...or, with handback too, hands the call back to its queue's thread (a
+  // grpc::Alarm already due), which sends it.
   bool handback = false;
-};
-
-// Threads that run posted tasks, first in first out.
-class Workers {
- public:
-  explicit Workers(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
-  }
-  ~Workers() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    for (std::thread& thread : threads_) thread.join();
-  }
-  void Post(std::function<void()> task) {
-    absl::MutexLock lock(&mu_);
-    tasks_.push_back(std::move(task));
-  }
-
- private:
-  void Run() {
-    while (true) {
-      std::function<void()> task;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &Workers::ShouldWake));
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  bool ShouldWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !tasks_.empty();
-  }
-
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
 };
 
 // One call on a completion queue: requested, then answered (and, with
@@ -139,7 +97,7 @@ class Workers {
 class CqCall {
  public:
   CqCall(CqEcho* service, grpc::ServerCompletionQueue* cq, const CqOptions* options,
-         Workers* workers)
+         fuseserve::ThreadPool* workers)
       : service_(service), cq_(cq), options_(options), workers_(workers), responder_(&context_) {
     if (options_->notify) context_.AsyncNotifyWhenDone(&done_);
     service->RequestModelInfer(&context_, &request_, &responder_, cq, cq, &arrived_);
@@ -157,7 +115,7 @@ class CqCall {
       new CqCall(call->service_, call->cq_, call->options_, call->workers_);
       call->awaited_ = call->options_->notify ? 2 : 1;
       answered.fetch_add(1, std::memory_order_relaxed);
-      if (call->options_->handoff && call->options_->handback) {
+      if (call->options_->handback) {
         ++call->awaited_;
         call->workers_->Post([call] {
           call->alarm_.Set(call->cq_, gpr_time_0(GPR_CLOCK_MONOTONIC), &call->handed_back_);
@@ -185,7 +143,7 @@ class CqCall {
   CqEcho* const service_;
   grpc::ServerCompletionQueue* const cq_;
   const CqOptions* const options_;
-  Workers* const workers_;
+  fuseserve::ThreadPool* const workers_;
   grpc::ServerContext context_;
   grpc::ByteBuffer request_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
@@ -198,14 +156,15 @@ class CqCall {
 };
 
 void ServeQueue(CqEcho* service, grpc::ServerCompletionQueue* cq, const CqOptions* options,
-                Workers* workers) {
+                fuseserve::ThreadPool* workers) {
   for (int i = 0; i < 64; ++i) new CqCall(service, cq, options, workers);  // calls waiting
   void* tag = nullptr;
   bool ok = false;
   while (cq->Next(&tag, &ok)) CqCall::Handle(tag, ok);
 }
 
-// "callback", or "cq" with any of "+health", "+notify", "+handoff" (CqOptions).
+// "callback", or "cq" with any of "+health", "+notify", "+handoff" or
+// "+handback" (CqOptions).
 bool ParseApi(const std::string& api, CqOptions* options) {
   if (api == "callback") return true;
   std::vector<std::string> parts;
@@ -243,7 +202,8 @@ int Server(const std::string& api, const CqOptions& options, int port, int threa
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) return 1;
-  std::unique_ptr<Workers> workers = options.handoff ? std::make_unique<Workers>(4) : nullptr;
+  std::unique_ptr<fuseserve::ThreadPool> workers =
+      options.handoff ? std::make_unique<fuseserve::ThreadPool>(4, "echo-answer") : nullptr;
   std::vector<std::thread> loops;
   for (auto& queue : queues) {
     loops.emplace_back(ServeQueue, &cq_service, queue.get(), &options, workers.get());
