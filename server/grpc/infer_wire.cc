@@ -1,5 +1,6 @@
 #include "server/grpc/infer_wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -139,10 +140,20 @@ void WireBytes::Append(const char* data, size_t size) {
   size_ += size;
 }
 
-void WireBytes::CopyTo(char* destination) const {
+void WireBytes::CopyTo(char* destination) const { CopyRangeTo(0, size_, destination); }
+
+void WireBytes::CopyRangeTo(size_t offset, size_t size, char* destination) const {
   for (const Piece& piece : pieces_) {
-    std::memcpy(destination, piece.data, piece.size);
-    destination += piece.size;
+    if (size == 0) return;
+    if (offset >= piece.size) {
+      offset -= piece.size;
+      continue;
+    }
+    const size_t bytes = std::min(size, piece.size - offset);
+    std::memcpy(destination, piece.data + offset, bytes);
+    destination += bytes;
+    size -= bytes;
+    offset = 0;
   }
 }
 

@@ -41,6 +41,9 @@ class WireBytes {
   // Copies all size() bytes to `destination`.
   void CopyTo(char* destination) const;
 
+  // Copies bytes [offset, offset + size) (within size()) to `destination`.
+  void CopyRangeTo(size_t offset, size_t size, char* destination) const;
+
   // Appends `size` bytes at `data` (adjacent pieces are merged).
   void Append(const char* data, size_t size);
 

@@ -154,8 +154,8 @@ void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Do
   inference_request->batch_size = request_data.batch_size;
   inference_request->input = request_data.input;
   if (request_data.input_pieces.has_value()) {
-    inference_request->copy_input = [call](char* destination) {
-      call->decoded.input_pieces->CopyTo(destination);
+    inference_request->copy_input = [call](size_t offset, size_t size, char* destination) {
+      call->decoded.input_pieces->CopyRangeTo(offset, size, destination);
     };
   }
   // Page-locked memory is copied to and from the device directly.

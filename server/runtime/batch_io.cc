@@ -22,12 +22,18 @@ Shape RequestOutputShape(const Shape& batch_output_shape, const InferenceRequest
 }
 
 void CopyRequestInput(InferenceRequest& request, char* destination) {
-  if (request.input != nullptr) {
-    std::memcpy(destination, request.input, NumElements(request.input_shape) * sizeof(float));
-  } else {
-    request.copy_input(destination);
-  }
+  CopyRequestInputRange(request, 0, NumElements(request.input_shape) * sizeof(float), destination);
   ++request.host_copies;
+}
+
+void CopyRequestInputRange(const InferenceRequest& request, size_t offset, size_t size,
+                           char* destination) {
+  if (size == 0) return;
+  if (request.input != nullptr) {
+    std::memcpy(destination, reinterpret_cast<const char*>(request.input) + offset, size);
+  } else {
+    request.copy_input(offset, size, destination);
+  }
 }
 
 void CompleteBatch(std::vector<std::unique_ptr<InferenceRequest>>& batch,

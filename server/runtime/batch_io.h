@@ -26,6 +26,12 @@ Shape RequestOutputShape(const Shape& batch_output_shape, const InferenceRequest
 // copy in its host_copies.
 void CopyRequestInput(InferenceRequest& request, char* destination);
 
+// Copies bytes [offset, offset + size) of `request`'s input to
+// `destination`, counting nothing (the caller counts one copy per request).
+// Safe from several threads at once for disjoint ranges.
+void CopyRequestInputRange(const InferenceRequest& request, size_t offset, size_t size,
+                           char* destination);
+
 // Answers every request of the batch with `status` (timestamps as they are).
 void CompleteBatch(std::vector<std::unique_ptr<InferenceRequest>>& batch,
                    const absl::Status& status);

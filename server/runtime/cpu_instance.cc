@@ -5,8 +5,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/runtime/batch_io.h"
+#include "server/runtime/parallel_gather.h"
 
 namespace fuseserve {
+namespace {
+
+// Large inputs are staged by the pool's workers in pieces of this size.
+constexpr size_t kGatherPieceBytes = size_t{4} << 20;
+
+}  // namespace
 
 CpuInstance::CpuInstance(std::string name, const Model* model, ThreadPool* pool,
                          Clock* clock, ModelMetrics* metrics)
@@ -27,11 +34,11 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
   const float* input = batch.front()->input;
   if (!single || input == nullptr) {
     input_buffer_.resize(NumElements(input_shape));
-    float* cursor = input_buffer_.data();
-    for (const auto& request : batch) {
-      CopyRequestInput(*request, reinterpret_cast<char*>(cursor));
-      cursor += NumElements(request->input_shape);
-    }
+    char* staging = reinterpret_cast<char*>(input_buffer_.data());
+    ParallelGather gather(batch, PlanGather(batch, kGatherPieceBytes, /*skip_page_locked=*/false),
+                          pool_);
+    for (size_t i = 1; i < gather.size(); ++i) gather.Offer(i, staging + gather.piece(i).offset);
+    for (size_t i = 0; i < gather.size(); ++i) gather.Complete(i, staging + gather.piece(i).offset);
     input = input_buffer_.data();
   }
   const absl::Time input_done = clock_->Now();

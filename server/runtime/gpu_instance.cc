@@ -17,6 +17,7 @@
 #include "kernels/cuda/resources.h"
 #include "server/runtime/batch_io.h"
 #include "server/runtime/cuda_graph_cache.h"
+#include "server/runtime/parallel_gather.h"
 
 namespace fuseserve {
 namespace {
@@ -62,11 +63,62 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+bool HasUnknownDims(const Shape& shape) {
+  for (int64_t dim : shape) {
+    if (dim < 0) return true;
+  }
+  return false;
+}
+
+// The pinned pieces a batch's host inputs pass through on their way to the
+// device: `slots` pieces of `slot_bytes`, reused in turn. A slot is written
+// again only once the device has read it (its event). Fixed at creation, so
+// a batch of any size costs no pinned allocation (cudaMallocHost of a whole
+// batch of large samples takes up to a second, on the request path).
+struct StagingRing {
+  // Pieces of this size keep 4 threads copying while earlier pieces cross
+  // to the device, at ~80 us of transfer each.
+  static constexpr size_t kPieceBytes = size_t{4} << 20;
+  static constexpr size_t kSlots = 6;
+
+  // One slot as large as the largest input when that is known and smaller
+  // than a piece (every batch is then one piece: one copy to the device),
+  // else kSlots of kPieceBytes.
+  static absl::StatusOr<StagingRing> Create(const Shape& max_input_shape, bool busy_wait_events) {
+    StagingRing ring;
+    ring.slot_bytes = kPieceBytes;
+    size_t slots = kSlots;
+    if (!max_input_shape.empty() && !HasUnknownDims(max_input_shape)) {
+      const size_t max_bytes = static_cast<size_t>(NumElements(max_input_shape)) * sizeof(float);
+      if (max_bytes <= kPieceBytes) {
+        ring.slot_bytes = std::max<size_t>(max_bytes, sizeof(float));
+        slots = 1;
+      }
+    }
+    ASSIGN_OR_RETURN(ring.buffer, cuda::PinnedBuffer::Allocate(slots * ring.slot_bytes));
+    for (size_t i = 0; i < slots; ++i) {
+      ASSIGN_OR_RETURN(cuda::Event read, cuda::Event::Create(/*timing=*/false,
+                                                             /*blocking_sync=*/!busy_wait_events));
+      ring.read.push_back(std::move(read));
+    }
+    return ring;
+  }
+
+  size_t slots() const { return read.size(); }
+  char* slot(size_t piece) const {
+    return buffer.as<char>() + (piece % slots()) * slot_bytes;
+  }
+
+  cuda::PinnedBuffer buffer;
+  size_t slot_bytes = 0;
+  std::vector<cuda::Event> read;  // per slot: recorded after the copy that reads it
+};
+
 class GpuInstance final : public Instance {
  public:
   GpuInstance(GpuInstanceOptions options, cuda::Stream stream, CublasHandle cublas,
               std::unique_ptr<GpuExecutor> executor, cuda::Event start, cuda::Event input_done,
-              cuda::Event infer_done, cuda::Event output_done)
+              cuda::Event infer_done, cuda::Event output_done, StagingRing staging)
       : options_(std::move(options)),
         stream_(std::move(stream)),
         cublas_(std::move(cublas)),
@@ -75,6 +127,7 @@ class GpuInstance final : public Instance {
         input_done_(std::move(input_done)),
         infer_done_(std::move(infer_done)),
         output_done_(std::move(output_done)),
+        staging_(std::move(staging)),
         graphs_(options_.cuda_graphs ? kMaxGraphs : 0) {}
 
   const std::string& name() const override { return options_.name; }
@@ -92,33 +145,31 @@ class GpuInstance final : public Instance {
     // Both buffers of a pair are checked: after a failed allocation one of
     // them may be larger than the other.
     const absl::Status allocated = [&]() -> absl::Status {
-      if (in_bytes > device_input_.bytes() || in_bytes > pinned_input_.bytes()) {
+      if (in_bytes > device_input_.bytes()) {
         ASSIGN_OR_RETURN(device_input_, cuda::DeviceBuffer::Allocate(in_bytes));
-        ASSIGN_OR_RETURN(pinned_input_, cuda::PinnedBuffer::Allocate(in_bytes));
       }
-      if (out_bytes > device_output_.bytes() || out_bytes > pinned_output_.bytes()) {
+      if (out_bytes > device_output_.bytes()) {
         ASSIGN_OR_RETURN(device_output_, cuda::DeviceBuffer::Allocate(out_bytes));
-        ASSIGN_OR_RETURN(pinned_output_, cuda::PinnedBuffer::Allocate(out_bytes));
       }
       return absl::OkStatus();
     }();
     if (allocated.ok()) return allocated;
     return absl::ResourceExhaustedError(absl::StrCat(
         "the buffers for input shape ", ShapeToString(input_shape), " (", in_bytes + out_bytes,
-        " bytes of device memory and as much pinned host memory) do not fit on GPU ",
-        options_.device, ": ", allocated.message()));
+        " bytes of device memory) do not fit on GPU ", options_.device, ": ",
+        allocated.message()));
   }
 
-  // Buffers for a whole batch (max_batch_size) of `input_shape`'s samples,
-  // so that the first batch of a new sample shape sizes them for every batch
-  // size that can follow and memory stops growing after warm-up (a soak of
-  // variable-size models saw device and pinned memory step up by one
-  // sample's buffers each time a larger batch first formed, minutes in).
+  // Device buffers for a whole batch (max_batch_size) of `input_shape`'s
+  // samples, so that the first batch of a new sample shape sizes them for
+  // every batch size that can follow and memory stops growing after warm-up
+  // (a soak of variable-size models saw memory step up by one sample's
+  // buffers each time a larger batch first formed, minutes in).
   // A whole batch larger than kWholeBatchReserveBytes per buffer is reserved
   // in doubling steps instead (the samples held, at least doubled, at most a
   // whole batch): at most log2(max_batch_size) steps, and the first batch
   // does not pay for the largest one (a whole batch of 16 groupnorm samples
-  // of 67 MB is 1 GiB each way, about a second of cudaMallocHost).
+  // of 67 MB is 1 GiB each way).
   // Exactly `input_shape` when the reservation does not fit.
   absl::Status ReserveForBatchesOf(const Shape& input_shape) {
     const int64_t max_batch = options_.max_input_shape.empty() ? 0 : options_.max_input_shape[0];
@@ -149,6 +200,11 @@ class GpuInstance final : public Instance {
     for (const auto& request : batch) batch_size += request->batch_size;
     Timings timings;
     const absl::Status status = Run(batch, &timings);
+    if (!status.ok()) {
+      // Copies of a failed batch may still read the staging ring, which the
+      // next batch writes: leave the stream idle, as every batch does.
+      cudaStreamSynchronize(stream_.get());
+    }
     const absl::Time end = options_.clock->Now();
     if (status.code() == absl::StatusCode::kInternal) {
       // A device error may be sticky; stop advertising readiness.
@@ -225,46 +281,83 @@ class GpuInstance final : public Instance {
   }
 
   // Issues the copies of the batch's inputs, stacked, into device_input_.
-  // Page-locked inputs are copied directly; the others are gathered into
-  // pinned_input_ at their place in the batch and copied in contiguous runs
-  // (one copy for a batch of small requests), each run as soon as it ends so
-  // that the DMA overlaps the rest of the gather.
-  absl::Status CopyInputsToDevice(const std::vector<std::unique_ptr<InferenceRequest>>& batch,
+  // Page-locked inputs are copied directly. The others pass through the
+  // staging ring in pieces (one piece for a batch of small requests), each
+  // copied to the device as soon as it is in place, so that the transfers
+  // overlap the rest of the gather. While the instance's thread completes
+  // one piece, the pool's workers copy the next ones whose slots are free.
+  absl::Status CopyInputsToDevice(std::vector<std::unique_ptr<InferenceRequest>>& batch,
                                   cudaStream_t stream) {
     char* device = device_input_.as<char>();
-    char* staging = pinned_input_.as<char>();
     size_t offset = 0;
-    size_t run_start = 0;
-    size_t run_bytes = 0;
-    const auto flush = [&]() -> absl::Status {
-      if (run_bytes == 0) return absl::OkStatus();
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + run_start, staging + run_start, run_bytes,
-                                           cudaMemcpyHostToDevice, stream));
-      run_bytes = 0;
-      return absl::OkStatus();
-    };
     for (const auto& request : batch) {
       const size_t bytes = NumElements(request->input_shape) * sizeof(float);
       if (request->input_pinned && request->input != nullptr) {
-        RETURN_IF_ERROR(flush());
         RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + offset, request->input, bytes,
                                              cudaMemcpyHostToDevice, stream));
-      } else {
-        CopyRequestInput(*request, staging + offset);
-        if (run_bytes == 0) run_start = offset;
-        run_bytes += bytes;
       }
       offset += bytes;
     }
-    return flush();
+
+    ParallelGather gather(batch, PlanGather(batch, staging_.slot_bytes, /*skip_page_locked=*/true),
+                          options_.copy_pool);
+    const size_t pieces = gather.size();
+    const size_t slots = staging_.slots();
+    size_t prepared = 0;  // pieces whose slot is free, offered to the pool
+    // Prepares pieces up to `last`: waits for their slots when `wait`, else
+    // stops at the first slot the device still reads.
+    const auto prepare = [&](size_t last, bool wait) -> absl::Status {
+      for (; prepared <= last && prepared < pieces; ++prepared) {
+        // A batch's first `slots` pieces find the ring idle: every batch
+        // ends with its stream idle (Execute).
+        if (prepared >= slots) {
+          const cuda::Event& read = staging_.read[prepared % slots];
+          if (wait) {
+            RETURN_IF_ERROR(read.Synchronize());
+          } else {
+            const cudaError_t query = cudaEventQuery(read.get());
+            if (query == cudaErrorNotReady) break;
+            RETURN_IF_CUDA_ERROR(query);
+          }
+        }
+        gather.Offer(prepared, staging_.slot(prepared));
+      }
+      return absl::OkStatus();
+    };
+    for (size_t i = 0; i < pieces; ++i) {
+      RETURN_IF_ERROR(prepare(i, /*wait=*/true));
+      RETURN_IF_ERROR(prepare(i + slots - 1, /*wait=*/false));
+      char* slot = staging_.slot(i);
+      gather.Complete(i, slot);
+      const GatherPiece& piece = gather.piece(i);
+      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + piece.offset, slot, piece.bytes,
+                                           cudaMemcpyHostToDevice, stream));
+      // The slot is written again within this batch once the device has read it.
+      if (i + slots < pieces) RETURN_IF_ERROR(staging_.read[i % slots].Record(stream));
+    }
+    return absl::OkStatus();
   }
 
   // Issues the copies of each request's slice of device_output_: straight
   // into the request's own memory when it is page-locked, otherwise into
   // pinned_output_ in contiguous runs, answered after the stream finishes
-  // (AnswerStagedOutputs).
+  // (AnswerStagedOutputs). pinned_output_ grows only when a batch needs it:
+  // gRPC's answers and registered shared memory are page-locked already.
   absl::Status CopyOutputsFromDevice(std::vector<std::unique_ptr<InferenceRequest>>& batch,
                                      const Shape& output_shape, cudaStream_t stream) {
+    const bool staged = std::any_of(batch.begin(), batch.end(), [](const auto& request) {
+      return !request->output_pinned;
+    });
+    const size_t batch_bytes = NumElements(output_shape) * sizeof(float);
+    if (staged && batch_bytes > pinned_output_.bytes()) {
+      absl::StatusOr<cuda::PinnedBuffer> grown = cuda::PinnedBuffer::Allocate(batch_bytes);
+      if (!grown.ok()) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the pinned staging for the batch's output (", batch_bytes,
+                         " bytes) cannot be allocated: ", grown.status().message()));
+      }
+      pinned_output_ = *std::move(grown);
+    }
     const char* device = device_output_.as<char>();
     char* staging = pinned_output_.as<char>();
     size_t offset = 0;
@@ -321,18 +414,13 @@ class GpuInstance final : public Instance {
   std::unique_ptr<GpuExecutor> executor_;
   cuda::Event start_, input_done_, infer_done_, output_done_;
   cuda::DeviceBuffer device_input_, device_output_;
-  cuda::PinnedBuffer pinned_input_, pinned_output_;
+  StagingRing staging_;            // inputs on their way to device_input_
+  cuda::PinnedBuffer pinned_output_;  // outputs bound for memory that is not page-locked (grown
+                                      // by the first batch that has one)
   CudaGraphCache graphs_;
   Shape unreservable_;  // the last whole-batch shape that did not fit
   std::atomic<bool> healthy_{true};
 };
-
-bool HasUnknownDims(const Shape& shape) {
-  for (int64_t dim : shape) {
-    if (dim < 0) return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -360,9 +448,11 @@ absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOpt
   ASSIGN_OR_RETURN(cuda::Event output_done,
                    cuda::Event::Create(/*timing=*/true,
                                        /*blocking_sync=*/!options.busy_wait_events));
+  ASSIGN_OR_RETURN(StagingRing staging,
+                   StagingRing::Create(options.max_input_shape, options.busy_wait_events));
   auto instance = std::make_unique<GpuInstance>(
       options, std::move(stream), std::move(cublas), std::move(executor), std::move(start),
-      std::move(input_done), std::move(infer_done), std::move(output_done));
+      std::move(input_done), std::move(infer_done), std::move(output_done), std::move(staging));
   if (!HasUnknownDims(options.max_input_shape)) {
     RETURN_IF_ERROR(instance->Reserve(options.max_input_shape));
   }

@@ -2,8 +2,10 @@
 
 // GPU instances (SPEC.md §4): each owns a CUDA stream, a cuBLAS handle bound
 // to it, device buffers and pinned host staging buffers for its batches, and
-// the model's GpuExecutor (device weights). A batch is gathered into pinned
-// memory, copied to the device, computed and copied back, all asynchronously
+// the model's GpuExecutor (device weights). A batch's inputs are gathered
+// into a ring of pinned pieces (several threads copying large inputs at
+// once, see parallel_gather.h), each piece copied to the device as soon as
+// it is in place; the batch is computed and copied back, all asynchronously
 // on the instance's stream; the instance's own thread then waits for its
 // stream only, so instances on one GPU overlap one another's copies and
 // compute. Built from gpu_instance.cc with CUDA, gpu_instance_unavailable.cc
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/thread_pool.h"
 #include "common/shape.h"
 #include "server/batching/clock.h"
 #include "server/metrics/model_metrics.h"
@@ -53,6 +56,9 @@ struct GpuInstanceOptions {
   bool busy_wait_events = false;
   // Receives every batch's phases (input, compute, output), when set.
   BatchTraceSink* trace = nullptr;
+  // Its workers copy pieces of large inputs alongside the instance's thread
+  // (ParallelGather); may be null (the instance's thread copies alone).
+  ThreadPool* copy_pool = nullptr;
 };
 
 absl::StatusOr<std::unique_ptr<Instance>> CreateGpuInstance(const GpuInstanceOptions& options);

@@ -5,6 +5,7 @@
 // the model's config; the runtime answers it exactly once through
 // `on_complete`.
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -40,13 +41,15 @@ struct InferenceRequest {
   // NumElements(input_shape) floats, row-major. Borrowed: the front end keeps
   // it alive until on_complete has been called. Null when the bytes are not
   // contiguous (they stay where the transport received them): copy_input
-  // then places them. Instances read the input through CopyRequestInput
-  // (batch_io.h), or through `input` directly when it is set.
+  // then places them. Instances read the input through CopyRequestInput and
+  // CopyRequestInputRange (batch_io.h), or through `input` directly when it
+  // is set.
   const float* input = nullptr;
 
-  // Copies the input's NumElements(input_shape) floats to `destination`;
-  // set when `input` is null. Same lifetime as `input`.
-  std::function<void(char* destination)> copy_input;
+  // Copies bytes [offset, offset + size) of the input (NumElements(input_shape)
+  // floats) to `destination`; set when `input` is null. Same lifetime as
+  // `input`. Called from several threads at once for disjoint ranges.
+  std::function<void(size_t offset, size_t size, char* destination)> copy_input;
 
   // True when `input` lies in page-locked host memory (e.g. a shared-memory
   // region registered with CUDA): a GPU instance then copies it to the device

@@ -282,6 +282,7 @@ void ModelManager::LoadModel(const std::string& name, const std::string& directo
         gpu.cuda_graphs = UsesCudaGraphs(*config);
         gpu.busy_wait_events = config->optimization().cuda().busy_wait_events();
         gpu.trace = options.batch_trace;
+        gpu.copy_pool = options.cpu_pool;
         ASSIGN_OR_RETURN(std::unique_ptr<Instance> instance, CreateGpuInstance(gpu));
         instances.push_back(std::move(instance));
       }

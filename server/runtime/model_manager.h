@@ -72,6 +72,8 @@ struct ModelManagerOptions {
   std::string repository;
   Clock* clock = nullptr;
   MetricsRegistry* metrics = nullptr;
+  // The CPU backend's compute pool; GPU instances copy pieces of large
+  // inputs on its workers.
   ThreadPool* cpu_pool = nullptr;
   // Receives the phases of every GPU batch (--batch-trace-file); may be null.
   BatchTraceSink* batch_trace = nullptr;

@@ -72,6 +72,26 @@ void ExpectSameAsProtobuf(const ModelInferRequest& original, const grpc::ByteBuf
   }
 }
 
+
+// Instances copy large inputs in pieces, several threads at once.
+TEST(WireBytesTest, CopyRangeToCopiesAnyRangeAcrossPieces) {
+  const std::string data = "abcdefghijklmnopqrstuvwxyz";
+  WireBytes bytes;
+  bytes.Append(data.data(), 5);        // abcde
+  bytes.Append(data.data() + 6, 7);    // ghijklm (not adjacent: a second piece)
+  bytes.Append(data.data() + 20, 6);   // uvwxyz
+  ASSERT_EQ(bytes.pieces().size(), 3u);
+  const std::string all = "abcdeghijklmuvwxyz";
+  ASSERT_EQ(bytes.size(), all.size());
+  for (size_t offset = 0; offset <= all.size(); ++offset) {
+    for (size_t size = 0; offset + size <= all.size(); ++size) {
+      std::string out(size, '.');
+      bytes.CopyRangeTo(offset, size, out.data());
+      ASSERT_EQ(out, all.substr(offset, size)) << "offset " << offset << ", size " << size;
+    }
+  }
+}
+
 TEST(InferWireTest, ParsesEveryFieldFromOneSlice) {
   const ModelInferRequest request = FullRequest();
   ExpectSameAsProtobuf(request, Sliced(request.SerializeAsString(), {}));

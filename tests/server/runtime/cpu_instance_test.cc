@@ -247,10 +247,9 @@ TEST_F(CpuInstanceTest, ReadsInputsThatAreOnlyReachableThroughCopyInput) {
     if (batched) batch.push_back(MakeRequest({1, 3}, input_b, &b));
     for (auto& request : batch) {
       const float* data = request->input;
-      const size_t bytes = NumElements(request->input_shape) * sizeof(float);
       request->input = nullptr;
-      request->copy_input = [data, bytes](char* destination) {
-        std::memcpy(destination, data, bytes);
+      request->copy_input = [data](size_t offset, size_t size, char* destination) {
+        std::memcpy(destination, reinterpret_cast<const char*>(data) + offset, size);
       };
     }
     instance_.Execute(batch);

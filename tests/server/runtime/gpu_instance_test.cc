@@ -1,6 +1,7 @@
 #include "server/runtime/gpu_instance.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,19 @@ testing::ModelSpec GroupNormSpec() {
   spec.parameters = {{"num_channels", "6"}, {"num_groups", "3"}};
   spec.tensors = {testing::UniformTensor("gn.weight", {kChannels}, 1, 0.5f, 1.5f),
                   testing::UniformTensor("gn.bias", {kChannels}, 2, -0.5f, 0.5f)};
+  return spec;
+}
+
+// GroupNorm over 64 channels of any height and width: large samples.
+testing::ModelSpec WideGroupNormSpec(int max_batch_size) {
+  testing::ModelSpec spec;
+  spec.platform = "groupnorm";
+  spec.max_batch_size = max_batch_size;
+  spec.input_dims = {64, -1, -1};
+  spec.output_dims = {64, -1, -1};
+  spec.parameters = {{"num_channels", "64"}, {"num_groups", "8"}};
+  spec.tensors = {testing::UniformTensor("gn.weight", {64}, 1, 0.5f, 1.5f),
+                  testing::UniformTensor("gn.bias", {64}, 2, -0.5f, 0.5f)};
   return spec;
 }
 
@@ -185,15 +199,7 @@ TEST_F(GpuInstanceTest, PinnedRequestsAreNeverCopiedOnTheHost) {
 // Samples of 64x512x512 floats (67 MB): a whole batch of 16 would be 1 GiB of
 // device memory each way, so the first batch reserves only its own samples.
 TEST_F(GpuInstanceTest, LargeSamplesAreReservedInDoublingStepsNotAsAWholeBatch) {
-  testing::ModelSpec spec;
-  spec.platform = "groupnorm";
-  spec.max_batch_size = 16;
-  spec.input_dims = {64, -1, -1};
-  spec.output_dims = {64, -1, -1};
-  spec.parameters = {{"num_channels", "64"}, {"num_groups", "8"}};
-  spec.tensors = {testing::UniformTensor("gn.weight", {64}, 1, 0.5f, 1.5f),
-                  testing::UniformTensor("gn.bias", {64}, 2, -0.5f, 0.5f)};
-  auto model = spec.Create();
+  auto model = WideGroupNormSpec(/*max_batch_size=*/16).Create();
   ASSERT_TRUE(model.ok()) << model.status();
   GpuInstanceOptions options;
   options.name = "big groupnorm gpu0#0";
@@ -243,6 +249,91 @@ TEST_F(GpuInstanceTest, LargeSamplesAreReservedInDoublingStepsNotAsAWholeBatch) 
   ASSERT_TRUE((*model)->RunOnCpu(input.data(), sample, expected.data(), pool_).ok());
   for (size_t i = 0; i < expected.size(); i += 4099) {
     ASSERT_NEAR(output[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i]))) << i;
+  }
+}
+
+// Inputs larger than a staging piece (4 MiB) cross in pieces through the
+// instance's pinned ring, copied by the pool's workers and the instance's
+// thread: 4 pageable samples of 6 MiB (two of them reachable only through
+// copy_input, as gRPC's slices are) around a page-locked one, 8 pieces for
+// 6 slots, so that slots are reused within the batch. Twice (graphs are run
+// plainly, then captured), with and without a pool.
+TEST_F(GpuInstanceTest, LargeInputsCrossThePinnedRingInPiecesIntact) {
+  auto model = WideGroupNormSpec(/*max_batch_size=*/8).Create();
+  ASSERT_TRUE(model.ok()) << model.status();
+  ThreadPool copiers(3, "test-copy");
+  for (ThreadPool* copy_pool : {&copiers, static_cast<ThreadPool*>(nullptr)}) {
+    SCOPED_TRACE(copy_pool == nullptr ? "no copy pool" : "3 copy workers");
+    GpuInstanceOptions options;
+    options.name = "ring groupnorm gpu0#0";
+    options.model = model->get();
+    options.clock = Clock::Real();
+    options.max_input_shape = {8, 64, -1, -1};
+    options.copy_pool = copy_pool;
+    absl::StatusOr<std::unique_ptr<Instance>> instance = CreateGpuInstance(options);
+    ASSERT_TRUE(instance.ok()) << instance.status();
+
+    const Shape sample = {1, 64, 128, 192};  // 6 MiB
+    const int64_t count = NumElements(sample);
+    constexpr int kRequests = 5;
+    constexpr int kPinned = 2;
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::vector<float>> inputs(kRequests), outputs(kRequests);
+      std::vector<absl::Status> answers(kRequests, absl::UnknownError("not answered"));
+      cuda::PinnedBuffer pinned_input, pinned_output;
+      Batch batch;
+      for (int r = 0; r < kRequests; ++r) {
+        inputs[r].resize(count);
+        for (int64_t i = 0; i < count; ++i) {
+          inputs[r][i] = std::sin(0.013f * static_cast<float>(i % 100003) + r + 7 * round) * 2.0f;
+        }
+        auto request = std::make_unique<InferenceRequest>();
+        request->input_shape = sample;
+        if (r == kPinned) {
+          auto in = cuda::PinnedBuffer::Allocate(count * sizeof(float));
+          auto out = cuda::PinnedBuffer::Allocate(count * sizeof(float));
+          ASSERT_TRUE(in.ok() && out.ok());
+          pinned_input = *std::move(in);
+          pinned_output = *std::move(out);
+          std::copy(inputs[r].begin(), inputs[r].end(), pinned_input.as<float>());
+          request->input = pinned_input.as<float>();
+          request->input_pinned = true;
+          request->output_pinned = true;
+          request->allocate_output = [&pinned_output](const Shape&) {
+            return pinned_output.as<float>();
+          };
+        } else {
+          if (r % 2 == 1) {
+            const char* data = reinterpret_cast<const char*>(inputs[r].data());
+            request->copy_input = [data](size_t offset, size_t size, char* destination) {
+              std::memcpy(destination, data + offset, size);
+            };
+          } else {
+            request->input = inputs[r].data();
+          }
+          request->allocate_output = [&outputs, r](const Shape& shape) {
+            outputs[r].assign(NumElements(shape), NAN);
+            return outputs[r].data();
+          };
+        }
+        request->on_complete = [&answers, r](const absl::Status& status,
+                                             const RequestTimestamps&) { answers[r] = status; };
+        batch.push_back(std::move(request));
+      }
+      (*instance)->Execute(batch);
+      SCOPED_TRACE(::testing::Message() << "round " << round);
+      std::vector<float> expected(count);
+      for (int r = 0; r < kRequests; ++r) {
+        ASSERT_TRUE(answers[r].ok()) << "request " << r << ": " << answers[r];
+        EXPECT_EQ(batch[r]->host_copies, r == kPinned ? 0 : 2) << "request " << r;
+        const float* output = r == kPinned ? pinned_output.as<float>() : outputs[r].data();
+        ASSERT_TRUE((*model)->RunOnCpu(inputs[r].data(), sample, expected.data(), pool_).ok());
+        for (int64_t i = 0; i < count; ++i) {  // every element: pieces end anywhere
+          ASSERT_NEAR(output[i], expected[i], 1e-4f * (1.0f + std::fabs(expected[i])))
+              << "request " << r << ", element " << i;
+        }
+      }
+    }
   }
 }
 
