@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <vector>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -77,7 +78,7 @@ std::shared_ptr<HostBufferPool> HostBufferPool::Create(const Options& options) {
 
 HostBufferPool::~HostBufferPool() {
   absl::MutexLock lock(&mu_);
-  for (const auto& [capacity, data] : idle_) Free(data);
+  for (const auto& [capacity, idle] : idle_) Free(idle.data);
 }
 
 void HostBufferPool::Free(char* data) const {
@@ -95,7 +96,8 @@ absl::StatusOr<HostBuffer> HostBufferPool::Acquire(size_t bytes) {
     auto found = idle_.lower_bound(capacity);
     if (found != idle_.end() && found->first / 2 <= capacity) {
       const size_t found_capacity = found->first;
-      char* data = found->second;
+      char* data = found->second.data;
+      idle_by_age_.erase(found->second.returned);
       idle_.erase(found);
       idle_bytes_ -= found_capacity;
       return HostBuffer(shared_from_this(), data, bytes, found_capacity);
@@ -120,15 +122,26 @@ absl::StatusOr<HostBuffer> HostBufferPool::Acquire(size_t bytes) {
 }
 
 void HostBufferPool::Return(char* data, size_t capacity) {
+  std::vector<char*> displaced;
   {
     absl::MutexLock lock(&mu_);
-    if (idle_bytes_ + capacity <= options_.max_idle_bytes) {
-      idle_.emplace(capacity, data);
+    if (capacity <= options_.max_idle_bytes) {
+      while (idle_bytes_ + capacity > options_.max_idle_bytes) {
+        const IdleMap::iterator oldest = idle_by_age_.begin()->second;
+        displaced.push_back(oldest->second.data);
+        idle_bytes_ -= oldest->first;
+        idle_by_age_.erase(idle_by_age_.begin());
+        idle_.erase(oldest);
+      }
+      const uint64_t returned = returns_++;
+      idle_by_age_.emplace(returned, idle_.emplace(capacity, Idle{data, returned}));
       idle_bytes_ += capacity;
-      return;
+      data = nullptr;
     }
   }
-  Free(data);
+  // Outside the lock: freeing page-locked memory takes the driver's time.
+  for (char* old : displaced) Free(old);
+  if (data != nullptr) Free(data);
 }
 
 int64_t HostBufferPool::allocations() const {

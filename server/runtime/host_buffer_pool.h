@@ -8,7 +8,13 @@
 //
 // Thread-safe. A buffer goes back to the pool when its HostBuffer is destroyed
 // (or, once detached for gRPC, when gRPC releases it); the pool lives as long
-// as any of its buffers.
+// as any of its buffers. The idle buffers are bounded in bytes; what was used
+// least recently goes first, so that the sizes of the current load stay
+// pooled when it changes. (A pool that freed the returned buffer instead,
+// once full of a previous load's 64 MiB GroupNorm answers, allocated and
+// freed page-locked memory for every 32 KiB GEMM answer after it: 11k
+// instead of 50k GEMM inferences a second on an H200,
+// bench/results/2026-11-27-h200-parallel-gather.md.)
 
 #include <cstddef>
 #include <cstdint>
@@ -57,7 +63,9 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   struct Options {
     // Page-locked buffers (needs a CUDA device); else ordinary memory.
     bool page_locked = false;
-    // Idle buffers beyond this many bytes are freed rather than kept.
+    // Idle buffers are kept up to this many bytes: a buffer returned to a
+    // full pool displaces the least recently returned ones (a buffer larger
+    // than the limit is freed).
     size_t max_idle_bytes = size_t{1} << 30;
   };
 
@@ -81,9 +89,18 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   void Return(char* data, size_t capacity);
   void Free(char* data) const;
 
+  struct Idle {
+    char* data;
+    uint64_t returned;  // when, in Return calls
+  };
+  using IdleMap = std::multimap<size_t, Idle>;  // capacity -> buffer
+
   const Options options_;
   mutable absl::Mutex mu_;
-  std::multimap<size_t, char*> idle_ ABSL_GUARDED_BY(mu_);  // capacity -> buffer
+  IdleMap idle_ ABSL_GUARDED_BY(mu_);
+  // The same buffers by age, oldest first: a full pool displaces these.
+  std::map<uint64_t, IdleMap::iterator> idle_by_age_ ABSL_GUARDED_BY(mu_);
+  uint64_t returns_ ABSL_GUARDED_BY(mu_) = 0;
   size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -71,6 +71,60 @@ TEST(HostBufferPoolTest, FreesReturnedBuffersBeyondTheIdleLimit) {
   EXPECT_EQ(pool->idle_bytes(), size_t{1} << 20);
 }
 
+TEST(HostBufferPoolTest, AReturnToAFullPoolDisplacesTheLeastRecentlyReturned) {
+  constexpr size_t kPage = 4096;
+  auto pool = PageablePool(/*max_idle_bytes=*/3 * kPage);
+  {
+    absl::StatusOr<HostBuffer> a = pool->Acquire(kPage);
+    absl::StatusOr<HostBuffer> b = pool->Acquire(kPage);
+    absl::StatusOr<HostBuffer> c = pool->Acquire(kPage);
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    *a = HostBuffer();  // returned first, then b, then c
+    *b = HostBuffer();
+  }
+  ASSERT_EQ(pool->idle_bytes(), 3 * kPage);
+  EXPECT_EQ(pool->allocations(), 3);
+  // Two pages returned: the two oldest one-page buffers make room.
+  ASSERT_TRUE(pool->Acquire(2 * kPage).ok());
+  EXPECT_EQ(pool->allocations(), 4);
+  EXPECT_EQ(pool->idle_bytes(), 3 * kPage);
+  // What is left idle: one page (c) and the two pages, both reused.
+  absl::StatusOr<HostBuffer> one = pool->Acquire(kPage);
+  absl::StatusOr<HostBuffer> two = pool->Acquire(2 * kPage);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(pool->allocations(), 4);
+  EXPECT_EQ(pool->idle_bytes(), 0u);
+}
+
+// After one load has filled the pool with its buffers, the next load's
+// sizes are pooled too, instead of allocated and freed for every request
+// (page-locked memory costs the driver milliseconds each way).
+TEST(HostBufferPoolTest, ANewLoadIsPooledAfterAnotherFilledThePool) {
+  auto pool = PageablePool(/*max_idle_bytes=*/4 << 20);
+  {
+    std::vector<HostBuffer> large;
+    for (int i = 0; i < 4; ++i) {
+      absl::StatusOr<HostBuffer> buffer = pool->Acquire(1 << 20);
+      ASSERT_TRUE(buffer.ok());
+      large.push_back(*std::move(buffer));
+    }
+  }
+  ASSERT_EQ(pool->idle_bytes(), size_t{4} << 20);
+  const int64_t before = pool->allocations();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(pool->Acquire(32 << 10).ok());
+  EXPECT_EQ(pool->allocations(), before + 1);
+  EXPECT_LE(pool->idle_bytes(), size_t{4} << 20);
+}
+
+TEST(HostBufferPoolTest, ABufferLargerThanTheLimitIsFreedAndTheIdleOnesStay) {
+  auto pool = PageablePool(/*max_idle_bytes=*/1 << 20);
+  ASSERT_TRUE(pool->Acquire(1 << 20).ok());
+  ASSERT_TRUE(pool->Acquire(2 << 20).ok());
+  EXPECT_EQ(pool->idle_bytes(), size_t{1} << 20);
+  ASSERT_TRUE(pool->Acquire(1 << 20).ok());
+  EXPECT_EQ(pool->allocations(), 2);
+}
+
 TEST(HostBufferPoolTest, DetachedBufferReturnsWhenReleased) {
   auto pool = PageablePool();
   absl::StatusOr<HostBuffer> buffer = pool->Acquire(4096);
