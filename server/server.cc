@@ -89,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   ASSIGN_OR_RETURN(server->http_, HttpServer::Start(options.metrics_address, options.metrics_port,
                                                     std::move(endpoints)));
 
-  server->models_->RefreshGpuMemoryMetrics(*server->metrics_);
+  server->RefreshMemoryMetrics();
   server->grpc_->SetServing(server->service_->Ready());
   server->started_ = true;
   server->readiness_watcher_ = std::thread([self] {
@@ -107,10 +107,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
 
 Server::~Server() { Shutdown(); }
 
+void Server::RefreshMemoryMetrics() {
+  models_->RefreshGpuMemoryMetrics(*metrics_);
+  const HostBufferPool& answers = service_->answer_buffers();
+  if (answers.page_locked()) {
+    const HostBufferPool::Usage usage = answers.usage();
+    metrics_->SetPinnedMemoryPool(static_cast<int64_t>(usage.held_bytes),
+                                  static_cast<int64_t>(usage.in_use_bytes));
+  }
+}
+
 void Server::WatchReadiness() {
   bool serving = service_->Ready();
   while (!stopping_.WaitForNotificationWithTimeout(kReadinessPollInterval)) {
-    models_->RefreshGpuMemoryMetrics(*metrics_);
+    RefreshMemoryMetrics();
     const bool ready = service_->Ready();
     if (ready != serving) {
       FS_LOG(INFO) << "readiness changed to " << (ready ? "ready" : "not ready");

@@ -39,6 +39,8 @@ class Server {
  private:
   Server() = default;
   void WatchReadiness();
+  // nv_gpu_memory_* and nv_pinned_memory_pool_* (the page-locked answer pool).
+  void RefreshMemoryMetrics();
 
   ServerOptions options_;
   std::unique_ptr<MetricsRegistry> metrics_;

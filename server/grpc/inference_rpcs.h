@@ -48,6 +48,7 @@ class InferenceRpcs : public ModelInferApi, public InferenceService {
  public:
   grpc::Service* service() override { return this; }
   bool Ready() const override;
+  const HostBufferPool& answer_buffers() const override { return infer_.answer_buffers(); }
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context,
                                        const inference::ServerLiveRequest* request,

@@ -15,6 +15,7 @@
 
 #include "server/batching/clock.h"
 #include "server/grpc/grpc_service_host.h"
+#include "server/runtime/host_buffer_pool.h"
 #include "server/runtime/model_manager.h"
 #include "server/shm/shared_memory_manager.h"
 
@@ -51,6 +52,10 @@ class InferenceService : public GrpcServiceHost {
 
   // Whether the server is ready (the same answer as ServerReady).
   virtual bool Ready() const = 0;
+
+  // The pool of ModelInfer answers' output buffers (page-locked where
+  // InferenceServiceOptions::page_locked_outputs), for metrics.
+  virtual const HostBufferPool& answer_buffers() const = 0;
 };
 
 }  // namespace fuseserve

@@ -46,6 +46,9 @@ class ModelInferHandler {
   // by the handler.
   void Start(const grpc::ByteBuffer& request, CallInfo call, Done done) const;
 
+  // The pool of answers' output buffers.
+  const HostBufferPool& answer_buffers() const { return *output_buffers_; }
+
  private:
   const ModelManager* models_;
   Clock* clock_;

@@ -167,7 +167,18 @@ struct Families {
         gpu_memory_total_bytes(prometheus::BuildGauge()
                                    .Name("nv_gpu_memory_total_bytes")
                                    .Help("Total memory of the GPU in bytes")
-                                   .Register(r)) {}
+                                   .Register(r)),
+        pinned_memory_pool_total_bytes(
+            prometheus::BuildGauge()
+                .Name("nv_pinned_memory_pool_total_bytes")
+                .Help("Page-locked host memory held by the pool of answer buffers in bytes")
+                .Register(r)),
+        pinned_memory_pool_used_bytes(
+            prometheus::BuildGauge()
+                .Name("nv_pinned_memory_pool_used_bytes")
+                .Help("Page-locked host memory of the answer pool in answers being made or "
+                      "sent, in bytes")
+                .Register(r)) {}
 
   Family<Counter>& request_success;
   Family<Counter>& request_failure;
@@ -186,6 +197,8 @@ struct Families {
   Family<Gauge>& model_load_duration_secs;
   Family<Gauge>& gpu_memory_used_bytes;
   Family<Gauge>& gpu_memory_total_bytes;
+  Family<Gauge>& pinned_memory_pool_total_bytes;
+  Family<Gauge>& pinned_memory_pool_used_bytes;
 };
 
 prometheus::Labels ModelLabels(const std::string& model, const std::string& version) {
@@ -311,7 +324,10 @@ class PrometheusModelMetrics : public ModelMetrics {
 class PrometheusMetricsRegistry : public MetricsRegistry {
  public:
   PrometheusMetricsRegistry()
-      : registry_(std::make_shared<prometheus::Registry>()), families_(*registry_) {}
+      : registry_(std::make_shared<prometheus::Registry>()),
+        families_(*registry_),
+        pinned_total_(families_.pinned_memory_pool_total_bytes.Add({})),
+        pinned_used_(families_.pinned_memory_pool_used_bytes.Add({})) {}
 
   ModelMetrics& ForModel(const std::string& model, const std::string& version) override {
     absl::MutexLock lock(&mu_);
@@ -333,6 +349,11 @@ class PrometheusMetricsRegistry : public MetricsRegistry {
     families_.gpu_memory_total_bytes.Add(labels).Set(static_cast<double>(total_bytes));
   }
 
+  void SetPinnedMemoryPool(int64_t total_bytes, int64_t used_bytes) override {
+    pinned_total_.Set(static_cast<double>(total_bytes));
+    pinned_used_.Set(static_cast<double>(used_bytes));
+  }
+
   std::string SerializeText() const override {
     return prometheus::TextSerializer().Serialize(registry_->Collect());
   }
@@ -341,6 +362,8 @@ class PrometheusMetricsRegistry : public MetricsRegistry {
   const std::shared_ptr<prometheus::Registry> registry_;
   // Family::Add and Registry::Collect lock internally, so only models_ needs mu_.
   Families families_;
+  prometheus::Gauge& pinned_total_;
+  prometheus::Gauge& pinned_used_;
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, std::unique_ptr<PrometheusModelMetrics>> models_
       ABSL_GUARDED_BY(mu_);

@@ -16,6 +16,8 @@
 //   gauges     nv_inference_pending_request_count
 //              nv_model_load_duration_secs
 //              nv_gpu_memory_used_bytes, nv_gpu_memory_total_bytes (gpu_uuid only)
+//              nv_pinned_memory_pool_total_bytes, nv_pinned_memory_pool_used_bytes
+//                (no labels; the page-locked pool of answer buffers)
 //   histograms nv_inference_{request,queue,compute_infer}_duration_histogram_us
 //                (µs; buckets 50, 100, 250, 500, 1000, ... 10000000: 1-2.5-5 per
 //                decade from 50 µs to 10 s, the names of Triton core PR #474)
@@ -52,6 +54,11 @@ class MetricsRegistry {
   // memory fuseserve holds / the device's total).
   virtual void SetGpuMemory(const std::string& gpu_uuid, int64_t used_bytes,
                             int64_t total_bytes) = 0;
+
+  // nv_pinned_memory_pool_total_bytes / nv_pinned_memory_pool_used_bytes
+  // (Triton's names): the page-locked memory the pool of answers' buffers
+  // holds, and the part of it in answers now. Both 0 until set.
+  virtual void SetPinnedMemoryPool(int64_t total_bytes, int64_t used_bytes) = 0;
 
   // Prometheus text exposition format (version 0.0.4) of every family.
   virtual std::string SerializeText() const = 0;

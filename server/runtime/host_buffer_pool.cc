@@ -118,6 +118,10 @@ absl::StatusOr<HostBuffer> HostBufferPool::Acquire(size_t bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(capacity, " bytes of host memory"));
     }
   }
+  {
+    absl::MutexLock lock(&mu_);
+    held_bytes_ += capacity;
+  }
   return HostBuffer(shared_from_this(), data, bytes, capacity);
 }
 
@@ -130,6 +134,7 @@ void HostBufferPool::Return(char* data, size_t capacity) {
         const IdleMap::iterator oldest = idle_by_age_.begin()->second;
         displaced.push_back(oldest->second.data);
         idle_bytes_ -= oldest->first;
+        held_bytes_ -= oldest->first;
         idle_by_age_.erase(idle_by_age_.begin());
         idle_.erase(oldest);
       }
@@ -137,6 +142,8 @@ void HostBufferPool::Return(char* data, size_t capacity) {
       idle_by_age_.emplace(returned, idle_.emplace(capacity, Idle{data, returned}));
       idle_bytes_ += capacity;
       data = nullptr;
+    } else {
+      held_bytes_ -= capacity;
     }
   }
   // Outside the lock: freeing page-locked memory takes the driver's time.
@@ -147,6 +154,11 @@ void HostBufferPool::Return(char* data, size_t capacity) {
 int64_t HostBufferPool::allocations() const {
   absl::MutexLock lock(&mu_);
   return allocations_;
+}
+
+HostBufferPool::Usage HostBufferPool::usage() const {
+  absl::MutexLock lock(&mu_);
+  return {held_bytes_, held_bytes_ - idle_bytes_};
 }
 
 size_t HostBufferPool::idle_bytes() const {

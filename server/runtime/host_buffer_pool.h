@@ -83,6 +83,14 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   int64_t allocations() const;
   size_t idle_bytes() const;
 
+  // The pool's memory at one instant: every buffer allocated and not freed,
+  // and those of them out of the pool (in use).
+  struct Usage {
+    size_t held_bytes = 0;
+    size_t in_use_bytes = 0;
+  };
+  Usage usage() const;
+
  private:
   friend class HostBuffer;
   explicit HostBufferPool(const Options& options) : options_(options) {}
@@ -102,6 +110,7 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   std::map<uint64_t, IdleMap::iterator> idle_by_age_ ABSL_GUARDED_BY(mu_);
   uint64_t returns_ ABSL_GUARDED_BY(mu_) = 0;
   size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <thread>
 #include <system_error>
 #include <vector>
 
@@ -438,6 +440,22 @@ TEST(ServerE2eMetricsTest, MetricsAndStatisticsCountExactlyAndSigtermExitsCleanl
   EXPECT_EQ(MetricValue(metrics->body, "nv_inference_pending_request_count", labels), 0);
   EXPECT_EQ(MetricValue(metrics->body, "nv_inference_request_duration_histogram_us_count", labels),
             kRequests);
+  // Triton's pinned-memory gauges: the page-locked pool of answer buffers,
+  // which holds the answers' buffers once they are sent (refreshed every
+  // 250 ms). Answers are page-locked only on a GPU host.
+  if (std::getenv("FUSESERVE_EXPECT_GPU") == nullptr) {
+    EXPECT_EQ(MetricValue(metrics->body, "nv_pinned_memory_pool_total_bytes", {}), 0);
+    EXPECT_EQ(MetricValue(metrics->body, "nv_pinned_memory_pool_used_bytes", {}), 0);
+  } else {
+    double held = 0;
+    for (int attempt = 0; attempt < 40 && held <= 0; ++attempt) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto refreshed = http.Get("/metrics");
+      ASSERT_TRUE(refreshed);
+      held = MetricValue(refreshed->body, "nv_pinned_memory_pool_total_bytes", {});
+    }
+    EXPECT_GE(held, NumElements(shape) * sizeof(float)) << "an answer's buffer is held";
+  }
 
   grpc::ClientContext context;
   inference::ModelStatisticsRequest request;

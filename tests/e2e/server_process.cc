@@ -136,6 +136,11 @@ absl::StatusOr<int64_t> ServerProcess::ResidentBytes() const {
 double MetricValue(const std::string& text, const std::string& name,
                    const std::map<std::string, std::string>& labels) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (labels.empty() && absl::StartsWith(line, name + " ")) {  // a series without labels
+      double value = 0;
+      if (absl::SimpleAtod(line.substr(name.size() + 1), &value)) return value;
+      continue;
+    }
     if (!absl::StartsWith(line, name + "{")) continue;
     const size_t close = line.find('}');
     const absl::string_view label_text = line.substr(name.size() + 1, close - name.size() - 1);

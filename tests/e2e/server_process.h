@@ -55,7 +55,8 @@ class ServerProcess {
 };
 
 // The value of the sample `name{labels}` in a Prometheus text exposition,
-// whatever the label order; -1 if absent.
+// whatever the label order (`name value` when `labels` is empty); -1 if
+// absent.
 double MetricValue(const std::string& text, const std::string& name,
                    const std::map<std::string, std::string>& labels);
 

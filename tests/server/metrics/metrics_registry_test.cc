@@ -195,6 +195,8 @@ TEST(MetricsRegistryTest, EveryFamilyHasHelpAndItsType) {
       {"nv_model_load_duration_secs", "gauge"},
       {"nv_gpu_memory_used_bytes", "gauge"},
       {"nv_gpu_memory_total_bytes", "gauge"},
+      {"nv_pinned_memory_pool_total_bytes", "gauge"},
+      {"nv_pinned_memory_pool_used_bytes", "gauge"},
   };
   for (const auto& [name, type] : families) {
     EXPECT_THAT(lines, Contains(absl::StrCat("# TYPE ", name, " ", type)));
@@ -236,6 +238,19 @@ TEST(MetricsRegistryTest, GpuMemoryGaugesAreLabelledByGpuUuid) {
   EXPECT_THAT(lines, Contains("nv_gpu_memory_used_bytes{gpu_uuid=\"GPU-b\"} 7"));
   EXPECT_THAT(lines, Contains("nv_gpu_memory_total_bytes{gpu_uuid=\"GPU-b\"} 9"));
   EXPECT_THAT(lines, Not(Contains("nv_gpu_memory_used_bytes{gpu_uuid=\"GPU-a\"} 1000")));
+}
+
+TEST(MetricsRegistryTest, PinnedMemoryPoolGaugesStartAtZeroAndTakeTheLastValues) {
+  auto registry = MetricsRegistry::Create();
+  std::vector<std::string> lines = Lines(registry->SerializeText());
+  EXPECT_THAT(lines, Contains("nv_pinned_memory_pool_total_bytes 0"));
+  EXPECT_THAT(lines, Contains("nv_pinned_memory_pool_used_bytes 0"));
+
+  registry->SetPinnedMemoryPool(1 << 20, 4096);
+  registry->SetPinnedMemoryPool(3 << 20, 8192);
+  lines = Lines(registry->SerializeText());
+  EXPECT_THAT(lines, Contains("nv_pinned_memory_pool_total_bytes 3145728"));
+  EXPECT_THAT(lines, Contains("nv_pinned_memory_pool_used_bytes 8192"));
 }
 
 TEST(MetricsRegistryTest, ModelsAreSeparateSeries) {

@@ -125,6 +125,37 @@ TEST(HostBufferPoolTest, ABufferLargerThanTheLimitIsFreedAndTheIdleOnesStay) {
   EXPECT_EQ(pool->allocations(), 2);
 }
 
+// What nv_pinned_memory_pool_{total,used}_bytes report.
+TEST(HostBufferPoolTest, UsageCountsHeldAndInUseBytesThroughReturnsAndFrees) {
+  constexpr size_t kPage = 4096;
+  auto pool = PageablePool(/*max_idle_bytes=*/3 * kPage);
+  EXPECT_EQ(pool->usage().held_bytes, 0u);
+  absl::StatusOr<HostBuffer> a = pool->Acquire(kPage);
+  absl::StatusOr<HostBuffer> b = pool->Acquire(2 * kPage);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(pool->usage().held_bytes, 3 * kPage);
+  EXPECT_EQ(pool->usage().in_use_bytes, 3 * kPage);
+  *a = HostBuffer();
+  EXPECT_EQ(pool->usage().held_bytes, 3 * kPage);
+  EXPECT_EQ(pool->usage().in_use_bytes, 2 * kPage);
+  // Too large to keep: freed.
+  { ASSERT_TRUE(pool->Acquire(4 * kPage).ok()); }
+  EXPECT_EQ(pool->usage().held_bytes, 3 * kPage);
+  *b = HostBuffer();
+  EXPECT_EQ(pool->usage().held_bytes, 3 * kPage);
+  EXPECT_EQ(pool->usage().in_use_bytes, 0u);
+  // Three pages: a new buffer (none idle is large enough), held with the
+  // idle ones until its return displaces both of them.
+  {
+    absl::StatusOr<HostBuffer> c = pool->Acquire(3 * kPage);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(pool->usage().held_bytes, 6 * kPage);
+    EXPECT_EQ(pool->usage().in_use_bytes, 3 * kPage);
+  }
+  EXPECT_EQ(pool->usage().held_bytes, 3 * kPage);
+  EXPECT_EQ(pool->usage().in_use_bytes, 0u);
+}
+
 TEST(HostBufferPoolTest, DetachedBufferReturnsWhenReleased) {
   auto pool = PageablePool();
   absl::StatusOr<HostBuffer> buffer = pool->Acquire(4096);
