@@ -34,11 +34,8 @@ void CpuInstance::Execute(std::vector<std::unique_ptr<InferenceRequest>>& batch)
   const float* input = batch.front()->input;
   if (!single || input == nullptr) {
     input_buffer_.resize(NumElements(input_shape));
-    char* staging = reinterpret_cast<char*>(input_buffer_.data());
-    ParallelGather gather(batch, PlanGather(batch, kGatherPieceBytes, /*skip_page_locked=*/false),
-                          pool_);
-    for (size_t i = 1; i < gather.size(); ++i) gather.Offer(i, staging + gather.piece(i).offset);
-    for (size_t i = 0; i < gather.size(); ++i) gather.Complete(i, staging + gather.piece(i).offset);
+    ParallelGather(batch, PlanGather(batch, kGatherPieceBytes, /*skip_page_locked=*/false), pool_)
+        .CopyAllTo(reinterpret_cast<char*>(input_buffer_.data()));
     input = input_buffer_.data();
   }
   const absl::Time input_done = clock_->Now();

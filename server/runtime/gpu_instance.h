@@ -16,8 +16,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/thread_pool.h"
 #include "common/shape.h"
+#include "common/thread_pool.h"
 #include "server/batching/clock.h"
 #include "server/metrics/model_metrics.h"
 #include "server/runtime/batch_trace.h"

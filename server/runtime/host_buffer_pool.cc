@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/runtime/page_locked_memory.h"

@@ -155,4 +155,9 @@ void ParallelGather::Complete(size_t index, char* destination) {
   state_->copied[index].WaitForNotification();
 }
 
+void ParallelGather::CopyAllTo(char* stacked) {
+  for (size_t i = 1; i < pieces_.size(); ++i) Offer(i, stacked + pieces_[i].offset);
+  for (size_t i = 0; i < pieces_.size(); ++i) Complete(i, stacked + pieces_[i].offset);
+}
+
 }  // namespace fuseserve

@@ -68,6 +68,11 @@ class ParallelGather {
   // waits for that worker. At most once per piece.
   void Complete(size_t index, char* destination);
 
+  // Every piece to `stacked` + its offset (room for the whole stacked input):
+  // offers all but the first, then completes them in order. Instead of
+  // Offer and Complete.
+  void CopyAllTo(char* stacked);
+
  private:
   struct State;
   const std::vector<std::unique_ptr<InferenceRequest>>* const batch_;

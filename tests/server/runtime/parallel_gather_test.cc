@@ -86,16 +86,13 @@ TEST(PlanGatherTest, AnEmptyBatchOrEmptyInputsNeedNoPiece) {
   EXPECT_TRUE(PlanGather(zero, 64, false).empty());
 }
 
-// Copies every piece in order, offering all but the first to the pool first,
-// as the CPU instance does; returns the destination.
+// The whole stacked input through CopyAllTo, as the CPU instance copies it.
 std::vector<float> GatherAll(Batch& batch, size_t piece_bytes, ThreadPool* pool) {
   size_t total = 0;
   for (const auto& request : batch) total += NumElements(request->input_shape);
   std::vector<float> out(total, -1.0f);
-  char* base = reinterpret_cast<char*>(out.data());
-  ParallelGather gather(batch, PlanGather(batch, piece_bytes, false), pool);
-  for (size_t i = 1; i < gather.size(); ++i) gather.Offer(i, base + gather.piece(i).offset);
-  for (size_t i = 0; i < gather.size(); ++i) gather.Complete(i, base + gather.piece(i).offset);
+  ParallelGather(batch, PlanGather(batch, piece_bytes, false), pool)
+      .CopyAllTo(reinterpret_cast<char*>(out.data()));
   return out;
 }
 
