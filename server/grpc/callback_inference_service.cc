@@ -19,11 +19,12 @@ grpc::ServerUnaryReactor* CallbackInferenceService::ModelInfer(grpc::CallbackSer
   ModelInferHandler::CallInfo call;
   call.deadline = DeadlineOf(*context);
   call.is_cancelled = [context] { return context->IsCancelled(); };
-  infer().Start(*request, std::move(call),
-                [reactor, response](const absl::Status& status, grpc::ByteBuffer answer) {
-                  if (status.ok()) *response = std::move(answer);
-                  reactor->Finish(ToGrpcStatus(status));
-                });
+  infer().Start(*request, std::move(call), [reactor, response](ModelInferHandler::Answer answer) {
+    grpc::ByteBuffer serialized;
+    const absl::Status status = answer.Finish(&serialized);
+    if (status.ok()) response->Swap(&serialized);
+    reactor->Finish(ToGrpcStatus(status));
+  });
   return reactor;
 }
 

@@ -14,6 +14,30 @@
 #include "server/runtime/inference_request.h"
 
 namespace fuseserve {
+
+// What a ModelInfer call keeps alive until it is answered: the received
+// request (its raw input is read where it was received), the decoded request
+// (the shared-memory regions it reads and writes), the answer's header and
+// the buffer its output is computed into; and, once computed, what the
+// answer is made of.
+struct InferCall {
+  WireInferRequest request;
+  DecodedInferRequest decoded;
+  inference::ModelInferResponse header;
+  // The output, when it is not written into a shared-memory region.
+  HostBuffer output;
+  // An output bound for a shared-memory region that cannot be written in
+  // place (not float-aligned) is computed here first.
+  std::vector<float> output_staging;
+
+  const ModelVersionRecord* record = nullptr;
+  Clock* clock = nullptr;
+  int64_t batch_size = 0;
+  // Set when the request completes.
+  absl::Status computed;
+  RequestTimestamps timestamps;
+};
+
 namespace {
 
 FailureReason FailureReasonOf(const absl::Status& status) {
@@ -31,29 +55,14 @@ FailureReason FailureReasonOf(const absl::Status& status) {
   }
 }
 
-// What a ModelInfer call keeps alive until it completes: the received
-// request (its raw input is read where it was received), the decoded request
-// (the shared-memory regions it reads and writes), the answer's header and
-// the buffer its output is computed into.
-struct InferCall {
-  WireInferRequest request;
-  DecodedInferRequest decoded;
-  inference::ModelInferResponse header;
-  // The output, when it is not written into a shared-memory region.
-  HostBuffer output;
-  // An output bound for a shared-memory region that cannot be written in
-  // place (not float-aligned) is computed here first.
-  std::vector<float> output_staging;
-};
-
 // Whether the output goes straight into its shared-memory region: the region
 // is float-aligned and large enough (the decoder checked the size against
 // the same shape).
 bool OutputInRegionInPlace(const InferCall& call) {
   if (!call.decoded.shared_memory_output.has_value()) return false;
   const SharedMemoryView& region = *call.decoded.shared_memory_output;
-  const uint64_t bytes = static_cast<uint64_t>(NumElements(call.decoded.output_shape)) *
-                         sizeof(float);
+  const uint64_t bytes =
+      static_cast<uint64_t>(NumElements(call.decoded.output_shape)) * sizeof(float);
   return bytes <= region.byte_size &&
          reinterpret_cast<uintptr_t>(region.data) % alignof(float) == 0;
 }
@@ -102,6 +111,25 @@ grpc::ByteBuffer SerializeAnswer(InferCall& call) {
 
 }  // namespace
 
+ModelInferHandler::Answer::~Answer() = default;
+
+absl::Status ModelInferHandler::Answer::Finish(grpc::ByteBuffer* serialized) {
+  if (call_ == nullptr) return failure_;
+  InferCall& call = *call_;
+  const absl::Status status = call.computed.ok() ? FinishStagedOutput(call) : call.computed;
+  if (status.ok()) {
+    grpc::ByteBuffer answer = SerializeAnswer(call);
+    serialized->Swap(&answer);
+  }
+  const absl::Time finished = call.clock->Now();
+  if (status.ok()) {
+    call.record->metrics().RecordSuccess(call.timestamps, call.batch_size, finished);
+  } else {
+    call.record->metrics().RecordFailure(FailureReasonOf(status), call.timestamps, finished);
+  }
+  return status;
+}
+
 ModelInferHandler::ModelInferHandler(const ModelManager* models, Clock* clock,
                                      SharedMemoryManager* shared_memory, bool page_locked_outputs)
     : models_(models),
@@ -113,29 +141,28 @@ void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Do
   const absl::Time received = clock_->Now();
   auto call = std::make_shared<InferCall>();
   absl::StatusOr<WireInferRequest> parsed = ParseWireInferRequest(request);
-  if (!parsed.ok()) return done(parsed.status(), {});
+  if (!parsed.ok()) return done(Answer(parsed.status()));
   call->request = *std::move(parsed);
   const inference::ModelInferRequest& header = call->request.header;
   absl::StatusOr<const ModelVersionRecord*> found =
       models_->FindReady(header.model_name(), header.model_version());
-  if (!found.ok()) return done(found.status(), {});
+  if (!found.ok()) return done(Answer(found.status()));
   const ModelVersionRecord* record = *found;
 
-  absl::StatusOr<DecodedInferRequest> decoded =
-      DecodeInferRequest(header, call->request.raw_input_contents, record->config(),
-                         record->model(), shared_memory_);
+  absl::StatusOr<DecodedInferRequest> decoded = DecodeInferRequest(
+      header, call->request.raw_input_contents, record->config(), record->model(), shared_memory_);
   if (!decoded.ok()) {
     RequestTimestamps timestamps;
     timestamps.received = received;
     record->metrics().RecordFailure(FailureReason::kOther, timestamps, clock_->Now());
-    return done(decoded.status(), {});
+    return done(Answer(decoded.status()));
   }
   call->decoded = *std::move(decoded);
   const DecodedInferRequest& request_data = call->decoded;
   if (!request_data.shared_memory_output.has_value()) {
     absl::StatusOr<HostBuffer> output = output_buffers_->Acquire(
         static_cast<size_t>(NumElements(request_data.output_shape)) * sizeof(float));
-    if (!output.ok()) return done(output.status(), {});
+    if (!output.ok()) return done(Answer(output.status()));
     call->output = *std::move(output);
   }
 
@@ -154,8 +181,9 @@ void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Do
   inference_request->batch_size = request_data.batch_size;
   inference_request->input = request_data.input;
   if (request_data.input_pieces.has_value()) {
-    inference_request->copy_input = [call](size_t offset, size_t size, char* destination) {
-      call->decoded.input_pieces->CopyRangeTo(offset, size, destination);
+    inference_request->copy_input = [pieces = &*call->decoded.input_pieces](
+                                        size_t offset, size_t size, char* destination) {
+      pieces->CopyRangeTo(offset, size, destination);
     };
   }
   // Page-locked memory is copied to and from the device directly.
@@ -171,24 +199,22 @@ void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Do
   inference_request->requested_timeout = request_data.timeout;
   inference_request->timestamps.received = received;
   inference_request->is_cancelled = std::move(info.is_cancelled);
-  inference_request->allocate_output = [call](const Shape& shape) {
-    return AllocateOutput(*call, shape);
+  inference_request->allocate_output = [target = call.get()](const Shape& shape) {
+    return AllocateOutput(*target, shape);
   };
-  Clock* clock = clock_;
-  const int64_t batch_size = request_data.batch_size;
-  inference_request->on_complete = [record, clock, batch_size, call, done = std::move(done)](
+  call->record = record;
+  call->clock = clock_;
+  call->batch_size = request_data.batch_size;
+  // The call is owned by on_complete until it runs, then by the answer, so
+  // that it is released where the answer is finished, not on the instance's
+  // thread. The request's other functions borrow it: nothing calls them
+  // once the request is complete.
+  inference_request->on_complete = [call = std::move(call), done = std::move(done)](
                                        const absl::Status& computed,
-                                       const RequestTimestamps& timestamps) {
-    const absl::Status status = computed.ok() ? FinishStagedOutput(*call) : computed;
-    grpc::ByteBuffer serialized;
-    if (status.ok()) serialized = SerializeAnswer(*call);
-    const absl::Time finished = clock->Now();
-    if (status.ok()) {
-      record->metrics().RecordSuccess(timestamps, batch_size, finished);
-    } else {
-      record->metrics().RecordFailure(FailureReasonOf(status), timestamps, finished);
-    }
-    done(status, std::move(serialized));
+                                       const RequestTimestamps& timestamps) mutable {
+    call->computed = computed;
+    call->timestamps = timestamps;
+    done(Answer(std::move(call)));
   };
   record->batcher().Enqueue(std::move(inference_request));
 }

@@ -4,10 +4,10 @@
 #include <memory>
 #include <utility>
 
-#include "grpcpp/alarm.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/async_unary_call.h"
 #include "server/grpc/grpc_deadline.h"
+#include "server/grpc/queue_mailbox.h"
 #include "server/grpc/status_conversion.h"
 
 namespace fuseserve {
@@ -18,20 +18,26 @@ namespace {
 // queue's one thread, which alone counts them.
 //
 // Who sends the answer: while other calls are in flight, the thread that
-// completes the request hands the call back to its queue's thread (an alarm
-// already due on its queue), which sends it. gRPC spends less CPU per call
-// that way than when a call is answered from another thread, and the
-// instances are not held up by sends (bench/results/
+// completes the request hands the call back to its queue's thread (through
+// the queue's mailbox), which sends it. gRPC spends less CPU per call that
+// way than when a call is answered from another thread, and the instances
+// are not held up by sends (bench/results/
 // 2026-11-27-h200-grpc-answer-handback.md). A call alone in flight is
 // answered at once by the completing thread: nothing else is waiting, and the
 // queue thread's wake-up would add to its latency.
-class QueuedInferCall {
+class QueuedInferCall final : public QueueMailbox::Item {
  public:
+  // What the calls of one completion queue share.
+  struct Queue {
+    QueuedModelInferApi* service;
+    const ModelInferHandler* infer;
+    grpc::ServerCompletionQueue* queue;
+    QueueMailbox* mailbox;        // the queue's
+    std::atomic<int>* in_flight;  // the service's, over every queue
+  };
+
   // Asks gRPC for the next ModelInfer call on `queue`.
-  static void RequestNext(QueuedModelInferApi* service, const ModelInferHandler* infer,
-                          grpc::ServerCompletionQueue* queue, std::atomic<int>* in_flight) {
-    new QueuedInferCall(service, infer, queue, in_flight);
-  }
+  static void RequestNext(const Queue* queue) { new QueuedInferCall(queue); }
 
   // Handles `tag`, one of a call's tags taken from its queue with gRPC's
   // `ok`. Deletes the call once no tag of it is left to come.
@@ -46,14 +52,10 @@ class QueuedInferCall {
           delete call;
           return;
         }
-        RequestNext(call->service_, call->infer_, call->queue_, call->in_flight_);
+        RequestNext(call->queue_);
         call->awaited_ = 2;  // answered and done
-        call->in_flight_->fetch_add(1, std::memory_order_relaxed);
+        call->queue_->in_flight->fetch_add(1, std::memory_order_relaxed);
         call->Start();
-        return;
-      case Tag::kHandedBack:
-        // Not counted: the answered tag follows it.
-        call->SendAnswer();
         return;
       case Tag::kDone:
         // Delivered once the call is over, answered or not; only then does
@@ -68,20 +70,15 @@ class QueuedInferCall {
 
  private:
   struct Tag {
-    enum Kind { kArrived, kHandedBack, kAnswered, kDone };
+    enum Kind { kArrived, kAnswered, kDone };
     QueuedInferCall* call;
     Kind kind;
   };
 
-  QueuedInferCall(QueuedModelInferApi* service, const ModelInferHandler* infer,
-                  grpc::ServerCompletionQueue* queue, std::atomic<int>* in_flight)
-      : service_(service),
-        infer_(infer),
-        queue_(queue),
-        in_flight_(in_flight),
-        responder_(&context_) {
+  explicit QueuedInferCall(const Queue* queue) : queue_(queue), responder_(&context_) {
     context_.AsyncNotifyWhenDone(&done_tag_);
-    service_->RequestModelInfer(&context_, &request_, &responder_, queue_, queue_, &arrived_tag_);
+    queue_->service->RequestModelInfer(&context_, &request_, &responder_, queue_->queue,
+                                       queue_->queue, &arrived_tag_);
   }
 
   void Start() {
@@ -90,46 +87,45 @@ class QueuedInferCall {
     info.is_cancelled = [cancelled = cancelled_] {
       return cancelled->load(std::memory_order_acquire);
     };
-    infer_->Start(request_, std::move(info),
-                  [this](const absl::Status& status, grpc::ByteBuffer answer) {
-                    Answer(status, std::move(answer));
-                  });
+    queue_->infer->Start(request_, std::move(info),
+                         [this](ModelInferHandler::Answer answer) { Complete(std::move(answer)); });
   }
 
   // From any thread, once: keeps the answer, and sends it or hands the call
-  // back to its queue's thread (see the class comment). The queue outlives
-  // the call: GrpcServer shuts it down only once the server has, i.e. once
-  // every call has been deleted.
-  void Answer(const absl::Status& status, grpc::ByteBuffer answer) {
-    status_ = status;
+  // back to its queue's thread (see the class comment), which then also
+  // finishes the answer (serialises it, records it, releases the request).
+  // The queue and its mailbox outlive the call: GrpcServer shuts the queue
+  // down only once the server has, i.e. once every call has been deleted.
+  void Complete(ModelInferHandler::Answer answer) {
     answer_ = std::move(answer);
-    if (in_flight_->fetch_sub(1, std::memory_order_relaxed) == 1) {
+    if (queue_->in_flight->fetch_sub(1, std::memory_order_relaxed) == 1) {
       SendAnswer();
       return;
     }
-    hand_back_.Set(queue_, gpr_time_0(GPR_CLOCK_MONOTONIC), &handed_back_tag_);
+    queue_->mailbox->Post(this);
   }
 
-  // Starts the answer. The call may be deleted as soon as Finish has started
-  // it: nothing of it is touched after.
+  // On the queue's thread, handed back. Not counted in awaited_: the
+  // answered tag follows.
+  void Deliver() override { SendAnswer(); }
+
+  // Finishes the answer and starts sending it. The call may be deleted as
+  // soon as Finish has started it: nothing of it is touched after.
   void SendAnswer() {
-    if (!status_.ok()) {
-      responder_.FinishWithError(ToGrpcStatus(status_), &answered_tag_);
+    grpc::ByteBuffer serialized;  // Finish takes its own reference
+    const absl::Status status = answer_.Finish(&serialized);
+    answer_ = {};  // the request's bytes and buffers, released on this thread
+    if (!status.ok()) {
+      responder_.FinishWithError(ToGrpcStatus(status), &answered_tag_);
       return;
     }
-    responder_.Finish(answer_, grpc::Status::OK, &answered_tag_);
+    responder_.Finish(serialized, grpc::Status::OK, &answered_tag_);
   }
 
-  QueuedModelInferApi* const service_;
-  const ModelInferHandler* const infer_;
-  grpc::ServerCompletionQueue* const queue_;
-  // Calls of the service that have arrived and are not answered yet.
-  std::atomic<int>* const in_flight_;
+  const Queue* const queue_;
   grpc::ServerContext context_;
   grpc::ByteBuffer request_;
-  absl::Status status_;
-  grpc::ByteBuffer answer_;
-  grpc::Alarm hand_back_;
+  ModelInferHandler::Answer answer_;
   grpc::ServerAsyncResponseWriter<grpc::ByteBuffer> responder_;
   // Set when the client has gone away; read by the batcher, which may hold
   // the request's is_cancelled past the call's answer.
@@ -137,7 +133,6 @@ class QueuedInferCall {
   // Tags still to come once the call has arrived (queue thread only).
   int awaited_ = 0;
   Tag arrived_tag_{this, Tag::kArrived};
-  Tag handed_back_tag_{this, Tag::kHandedBack};
   Tag answered_tag_{this, Tag::kAnswered};
   Tag done_tag_{this, Tag::kDone};
 };
@@ -150,12 +145,20 @@ QueuedInferenceService::QueuedInferenceService(InferenceServiceOptions options,
     : InferenceRpcs(std::move(options), models, clock, shared_memory) {}
 
 void QueuedInferenceService::ServeCompletionQueue(grpc::ServerCompletionQueue* queue) {
-  for (int i = 0; i < kCallsRequestedPerQueue; ++i) {
-    QueuedInferCall::RequestNext(this, &infer(), queue, &in_flight_);
-  }
+  // Both outlive every call of the queue: the loop ends once the queue is
+  // shut down and drained, which is after the server's last call is gone.
+  QueueMailbox mailbox(queue);
+  const QueuedInferCall::Queue calls{this, &infer(), queue, &mailbox, &in_flight_};
+  for (int i = 0; i < kCallsRequestedPerQueue; ++i) QueuedInferCall::RequestNext(&calls);
   void* tag = nullptr;
   bool ok = false;
-  while (queue->Next(&tag, &ok)) QueuedInferCall::Handle(tag, ok);
+  while (queue->Next(&tag, &ok)) {
+    if (mailbox.Owns(tag)) {
+      mailbox.DeliverPosted();
+    } else {
+      QueuedInferCall::Handle(tag, ok);
+    }
+  }
 }
 
 }  // namespace fuseserve

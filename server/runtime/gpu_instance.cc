@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/copy_batch.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
@@ -105,9 +106,7 @@ struct StagingRing {
   }
 
   size_t slots() const { return read.size(); }
-  char* slot(size_t piece) const {
-    return buffer.as<char>() + (piece % slots()) * slot_bytes;
-  }
+  char* slot(size_t piece) const { return buffer.as<char>() + (piece % slots()) * slot_bytes; }
 
   cuda::PinnedBuffer buffer;
   size_t slot_bytes = 0;
@@ -156,8 +155,7 @@ class GpuInstance final : public Instance {
     if (allocated.ok()) return allocated;
     return absl::ResourceExhaustedError(absl::StrCat(
         "the buffers for input shape ", ShapeToString(input_shape), " (", in_bytes + out_bytes,
-        " bytes of device memory) do not fit on GPU ", options_.device, ": ",
-        allocated.message()));
+        " bytes of device memory) do not fit on GPU ", options_.device, ": ", allocated.message()));
   }
 
   // Device buffers for a whole batch (max_batch_size) of `input_shape`'s
@@ -225,8 +223,7 @@ class GpuInstance final : public Instance {
                               timings.input + timings.infer + timings.output});
     }
     if (options_.metrics != nullptr) {
-      options_.metrics->RecordExecution(batch_size, timings.input, timings.infer,
-                                        end - infer_done);
+      options_.metrics->RecordExecution(batch_size, timings.input, timings.infer, end - infer_done);
     }
     CompleteBatch(batch, status.ok() ? status
                                      : absl::Status(status.code(),
@@ -236,10 +233,10 @@ class GpuInstance final : public Instance {
 
  private:
   struct Timings {
-    absl::Time start;                               // host clock, at the start event
-    absl::Duration input = absl::ZeroDuration();    // gather + H2D
-    absl::Duration infer = absl::ZeroDuration();    // kernels
-    absl::Duration output = absl::ZeroDuration();   // D2H
+    absl::Time start;                              // host clock, at the start event
+    absl::Duration input = absl::ZeroDuration();   // gather + H2D
+    absl::Duration infer = absl::ZeroDuration();   // kernels
+    absl::Duration output = absl::ZeroDuration();  // D2H
   };
 
   absl::Status Run(std::vector<std::unique_ptr<InferenceRequest>>& batch, Timings* timings) {
@@ -293,11 +290,11 @@ class GpuInstance final : public Instance {
     for (const auto& request : batch) {
       const size_t bytes = NumElements(request->input_shape) * sizeof(float);
       if (request->input_pinned && request->input != nullptr) {
-        RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(device + offset, request->input, bytes,
-                                             cudaMemcpyHostToDevice, stream));
+        copies_.Add(device + offset, request->input, bytes);
       }
       offset += bytes;
     }
+    RETURN_IF_ERROR(copies_.Issue(stream));
 
     ParallelGather gather(batch, PlanGather(batch, staging_.slot_bytes, /*skip_page_locked=*/true),
                           options_.copy_pool);
@@ -345,9 +342,8 @@ class GpuInstance final : public Instance {
   // gRPC's answers and registered shared memory are page-locked already.
   absl::Status CopyOutputsFromDevice(std::vector<std::unique_ptr<InferenceRequest>>& batch,
                                      const Shape& output_shape, cudaStream_t stream) {
-    const bool staged = std::any_of(batch.begin(), batch.end(), [](const auto& request) {
-      return !request->output_pinned;
-    });
+    const bool staged = std::any_of(batch.begin(), batch.end(),
+                                    [](const auto& request) { return !request->output_pinned; });
     const size_t batch_bytes = NumElements(output_shape) * sizeof(float);
     if (staged && batch_bytes > pinned_output_.bytes()) {
       absl::StatusOr<cuda::PinnedBuffer> grown = cuda::PinnedBuffer::Allocate(batch_bytes);
@@ -363,27 +359,24 @@ class GpuInstance final : public Instance {
     size_t offset = 0;
     size_t run_start = 0;
     size_t run_bytes = 0;
-    const auto flush = [&]() -> absl::Status {
-      if (run_bytes == 0) return absl::OkStatus();
-      RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(staging + run_start, device + run_start, run_bytes,
-                                           cudaMemcpyDeviceToHost, stream));
+    const auto flush = [&] {
+      copies_.Add(staging + run_start, device + run_start, run_bytes);
       run_bytes = 0;
-      return absl::OkStatus();
     };
     for (auto& request : batch) {
       const Shape shape = RequestOutputShape(output_shape, *request, batch.size());
       const size_t bytes = NumElements(shape) * sizeof(float);
       if (request->output_pinned) {
-        RETURN_IF_ERROR(flush());
-        RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(request->allocate_output(shape), device + offset,
-                                             bytes, cudaMemcpyDeviceToHost, stream));
+        flush();
+        copies_.Add(request->allocate_output(shape), device + offset, bytes);
       } else {
         if (run_bytes == 0) run_start = offset;
         run_bytes += bytes;
       }
       offset += bytes;
     }
-    return flush();
+    flush();
+    return copies_.Issue(stream);
   }
 
   // Answers the requests whose outputs were staged in pinned_output_.
@@ -414,9 +407,12 @@ class GpuInstance final : public Instance {
   std::unique_ptr<GpuExecutor> executor_;
   cuda::Event start_, input_done_, infer_done_, output_done_;
   cuda::DeviceBuffer device_input_, device_output_;
-  StagingRing staging_;            // inputs on their way to device_input_
+  StagingRing staging_;               // inputs on their way to device_input_
   cuda::PinnedBuffer pinned_output_;  // outputs bound for memory that is not page-locked (grown
                                       // by the first batch that has one)
+  // The page-locked inputs of a batch, then its outputs: issued as one call
+  // each (kernels/cuda/copy_batch.h).
+  cuda::CopyBatch copies_;
   CudaGraphCache graphs_;
   Shape unreservable_;  // the last whole-batch shape that did not fit
   std::atomic<bool> healthy_{true};
