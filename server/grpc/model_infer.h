@@ -31,7 +31,7 @@ class ModelInferHandler {
   // request only hands it over (serialising, recording and releasing a call
   // cost a GPU instance ~10 us per answer, a quarter of its time per batch of
   // ~9 GEMM answers on an H200 host). Move-only; destroying it releases what
-  // the call held (the received request, a staged input).
+  // the call held (the received request and its buffers).
   class Answer {
    public:
     Answer() = default;
