@@ -49,7 +49,9 @@
 //   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o /tmp/probe bench/l2_reuse_probe.cu
 //   /tmp/probe [gib=2] [ctas_per_sm=4] [l2 | oneshot | shapes: only those rows; ring: the
 //               copy and ticket rows, then the ring rows; ring and oneshot run
-//               with .cs and with write-back stores; fabric: those rows]
+//               with .cs and with write-back stores; ring512: the copy and
+//               ticket rows, then 64 KiB-chunk rings (kernel_notes v36);
+//               fabric: those rows]
 // Prints a table; every row also as one JSON line.
 #include <cuda_runtime.h>
 
@@ -256,23 +258,24 @@ __global__ void __launch_bounds__(kThreads) SmLocalKernel(Args a, int local_lag,
   if (acc == -12345.f) a.sink[blockIdx.x] = acc;
 }
 
-// The ring mode (see the top). Chunks kV * kThreads float4; CTA b takes
+// The ring mode (see the top). Chunks kV * kT float4 (kT threads per CTA;
+// the ring512 mode uses 512, the chunk of v28's GroupNorm); CTA b takes
 // chunks b, b + G, b + 2G, ...
-template <int kK, int kP, int kD>
-__global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
+template <int kK, int kP, int kD, int kT = kThreads>
+__global__ void __launch_bounds__(kT) RingKernel(Args a) {
   constexpr int kV = 8;
   static_assert(kK >= kP + kD + 1, "a slot is refilled only after it was written out");
   extern __shared__ float4 ring[];
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kT / 32];
   const long long g = gridDim.x;
   const long long iterations = (a.chunks - blockIdx.x + g - 1) / g;
   auto copy_in = [&](long long i) {
     if (i < iterations) {
-      const float4* from = a.in + (i * g + blockIdx.x) * (kV * kThreads);
-      float4* slot = ring + (i % kK) * (kV * kThreads);
+      const float4* from = a.in + (i * g + blockIdx.x) * (kV * kT);
+      float4* slot = ring + (i % kK) * (kV * kT);
 #pragma unroll
       for (int v = 0; v < kV; ++v) {
-        const int index = threadIdx.x + v * kThreads;
+        const int index = threadIdx.x + v * kT;
         const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(slot + index));
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(from + index)
                      : "memory");
@@ -286,11 +289,11 @@ __global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
     copy_in(i + kP);
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kP) : "memory");
     if (i < iterations) {
-      const float4* slot = ring + (i % kK) * (kV * kThreads);
+      const float4* slot = ring + (i % kK) * (kV * kT);
       float sum = 0.f;
 #pragma unroll
       for (int v = 0; v < kV; ++v) {
-        const float4 x = slot[threadIdx.x + v * kThreads];
+        const float4 x = slot[threadIdx.x + v * kT];
         sum += x.x + x.y + x.z + x.w;
       }
       for (int offset = 16; offset > 0; offset /= 2) {
@@ -300,19 +303,19 @@ __global__ void __launch_bounds__(kThreads) RingKernel(Args a) {
       __syncthreads();
       if (threadIdx.x == 0) {
         float total = 0.f;
-        for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+        for (int w = 0; w < kT / 32; ++w) total += partial[w];
         acc += total;
       }
       __syncthreads();
     }
     const long long out = i - kD;
     if (out >= 0 && out < iterations) {
-      const float4* slot = ring + (out % kK) * (kV * kThreads);
-      float4* to = a.out + (out * g + blockIdx.x) * (kV * kThreads);
+      const float4* slot = ring + (out % kK) * (kV * kT);
+      float4* to = a.out + (out * g + blockIdx.x) * (kV * kT);
 #pragma unroll
       for (int v = 0; v < kV; ++v) {
-        const float4 x = Scaled(slot[threadIdx.x + v * kThreads]);
-        Store(a, to + threadIdx.x + v * kThreads, x);
+        const float4 x = Scaled(slot[threadIdx.x + v * kT]);
+        Store(a, to + threadIdx.x + v * kT, x);
       }
     }
   }
@@ -580,19 +583,20 @@ void Shapes(Probe& p, double gib) {
   run(ShapedTicketKernel<Shape::kBulkAll>, "bulk_all", 2 * chunk_bytes);
 }
 
-template <int kK, int kP, int kD>
-void Ring(Probe& p, double gib, int ctas_per_sm, double copy_ms) {
+// `grid` CTAs when above 0, else ctas_per_sm per SM.
+template <int kK, int kP, int kD, int kT = kThreads>
+void Ring(Probe& p, double gib, int ctas_per_sm, double copy_ms, int grid = 0) {
   constexpr int kV = 8;
-  const long long chunk_bytes = 16LL * kV * kThreads;
+  const long long chunk_bytes = 16LL * kV * kT;
   p.args.chunks = static_cast<long long>(gib * (1LL << 30)) / chunk_bytes;
   const double bytes = 2.0 * p.args.chunks * chunk_bytes;
   const int shared = static_cast<int>(kK * chunk_bytes);
-  CHECK(cudaFuncSetAttribute(RingKernel<kK, kP, kD>,
+  CHECK(cudaFuncSetAttribute(RingKernel<kK, kP, kD, kT>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
-  const int grid = p.sms * ctas_per_sm;
-  const float ms = p.Time([&] { RingKernel<kK, kP, kD><<<grid, kThreads, shared>>>(p.args); });
+  if (grid <= 0) grid = p.sms * ctas_per_sm;
+  const float ms = p.Time([&] { RingKernel<kK, kP, kD, kT><<<grid, kT, shared>>>(p.args); });
   char mode[64];
-  std::snprintf(mode, sizeof(mode), "ring%d:%d/%d/%d%s", ctas_per_sm, kK, kP, kD,
+  std::snprintf(mode, sizeof(mode), "ring%dx%d:%d/%d/%d%s", grid, kT, kK, kP, kD,
                 p.args.plain_stores ? " wb" : "");
   Report(mode, kV, 0, ms, bytes, copy_ms);
 }
@@ -704,6 +708,18 @@ int main(int argc, char** argv) {
       Ring<7, 3, 3>(p, gib, 1, 0);
       Ring<3, 1, 1>(p, gib, 2, 0);
     }
+    return 0;
+  }
+  // bench/kernel_notes.md v36: does a persistent ring of 64 KiB chunks (512
+  // threads), one CTA per SM or 128 CTAs (one chunk of every 8 MiB group
+  // each), keep the copy rate? Run with gib=7 (the reference shape's input).
+  if (argc > 3 && std::string(argv[3]) == "ring512") {
+    Sweep<8>(p, gib);
+    Ring<3, 1, 1, 512>(p, gib, 1, 0, 128);
+    Ring<3, 1, 1, 512>(p, gib, 1, 0);
+    Ring<6, 2, 3>(p, gib, 1, 0, 128);
+    Ring<6, 2, 3>(p, gib, 1, 0);
+    Ring<7, 3, 3>(p, gib, 1, 0);
     return 0;
   }
   if (argc > 3 && std::string(argv[3]) == "shapes") {
