@@ -32,7 +32,6 @@ struct InferCall {
 
   const ModelVersionRecord* record = nullptr;
   Clock* clock = nullptr;
-  int64_t batch_size = 0;
   // Set when the request completes.
   absl::Status computed;
   RequestTimestamps timestamps;
@@ -123,7 +122,7 @@ absl::Status ModelInferHandler::Answer::Finish(grpc::ByteBuffer* serialized) {
   }
   const absl::Time finished = call.clock->Now();
   if (status.ok()) {
-    call.record->metrics().RecordSuccess(call.timestamps, call.batch_size, finished);
+    call.record->metrics().RecordSuccess(call.timestamps, call.decoded.batch_size, finished);
   } else {
     call.record->metrics().RecordFailure(FailureReasonOf(status), call.timestamps, finished);
   }
@@ -204,7 +203,6 @@ void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Do
   };
   call->record = record;
   call->clock = clock_;
-  call->batch_size = request_data.batch_size;
   // The call is owned by on_complete until it runs, then by the answer, so
   // that it is released where the answer is finished, not on the instance's
   // thread. The request's other functions borrow it: nothing calls them
