@@ -32,6 +32,20 @@ __device__ __forceinline__ unsigned LoadRelaxed(const unsigned* counter) {
   return value;
 }
 
+// A 64-bit value with no ordering of its own, read from (and written to)
+// where every SM sees it: for values that are their own flag (a reader
+// that sees the stored value needs nothing else the writer wrote), which
+// need no fence on either side.
+__device__ __forceinline__ double LoadRelaxed(const double* address) {
+  double value;
+  asm volatile("ld.relaxed.gpu.global.f64 %0, [%1];\n" : "=d"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void StoreRelaxed(double* address, double value) {
+  asm volatile("st.relaxed.gpu.global.f64 [%0], %1;\n" ::"l"(address), "d"(value) : "memory");
+}
+
 __device__ __forceinline__ void FenceAcquireRelease() {
   asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
 }

@@ -13,6 +13,7 @@
 #include "kernels/cuda/group_norm.h"
 #include "kernels/cuda/group_norm_common.cuh"
 #include "kernels/cuda/group_norm_lagged.h"
+#include "kernels/cuda/group_norm_resident.h"
 
 // Schedule. A (sample, group) slab is contiguous in memory ([C/G channels x
 // spatial]), so it is cut into chunks of kChunkElements and every kernel
@@ -186,6 +187,45 @@ absl::Status LaunchNormalize(const GroupNormParams& params, const GroupGeometry&
                 geometry.chunks_per_group, params.eps, vectorized, output);
 }
 
+// The resident schedule where `options` pins it, or where kAuto prefers it
+// on this device and it can run: true once launched; false where another
+// schedule should run (kAuto, and the driver refused the cooperative grid,
+// or the schedule cannot run or is not preferred here); an error where the
+// pinned schedule cannot run these arguments or a CUDA call failed.
+absl::StatusOr<bool> LaunchResidentIfChosen(const GroupNormParams& params, const float* input,
+                                            const float* weight, const float* bias,
+                                            float* output, void* workspace,
+                                            const GroupNormOptions& options,
+                                            cudaStream_t stream) {
+  const bool pinned = options.schedule == GroupNormSchedule::kResident;
+  if (!pinned && options.schedule != GroupNormSchedule::kAuto) return false;
+  int ctas = 0;
+  if (group_norm_detail::ResidentShapeEligible(params, input, output)) {
+    ASSIGN_OR_RETURN(ctas, group_norm_detail::ResidentCtas(params));
+  }
+  if (pinned && ctas == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNorm: the resident schedule needs 16-byte aligned input and output, "
+        "spatial_size % 4 == 0 (got ",
+        params.spatial_size,
+        "), a device with cooperative launch and 192 KiB of shared memory per block, and at "
+        "most as many chunks per group (",
+        Geometry(params).chunks_per_group, ") as the device has SMs, and 256"));
+  }
+  if (!pinned && ctas > 0) {
+    ASSIGN_OR_RETURN(const double bandwidth, group_norm_detail::PeakDramBandwidth());
+    if (!group_norm_detail::ResidentPreferredAt(bandwidth)) ctas = 0;
+  }
+  if (ctas == 0) return false;
+  const absl::Status status = group_norm_detail::LaunchResidentGroupNorm(
+      params, input, weight, bias, output, workspace, ctas, stream);
+  // Unpinned, a grid the driver cannot hold at once takes the lagged
+  // schedule instead.
+  if (!pinned && absl::IsResourceExhausted(status)) return false;
+  RETURN_IF_ERROR(status);
+  return true;
+}
+
 }  // namespace
 
 absl::Status ValidateGroupNormParams(const GroupNormParams& p) {
@@ -223,7 +263,8 @@ size_t GroupNormWorkspaceBytes(const GroupNormParams& params) {
   const GroupGeometry geometry = Geometry(params);
   const size_t two_read =
       PartialsBytes(geometry) + static_cast<size_t>(geometry.total_groups) * sizeof(float4);
-  return std::max(two_read, group_norm_detail::LaggedWorkspaceBytes(params));
+  return std::max({two_read, group_norm_detail::LaggedWorkspaceBytes(params),
+                   group_norm_detail::ResidentWorkspaceBytes(params)});
 }
 
 absl::Status GroupNorm(const GroupNormParams& params, const float* input, const float* weight,
@@ -242,6 +283,9 @@ absl::Status GroupNorm(const GroupNormParams& params, const float* input, const 
                      options.lag_chunks, " and ", options.lagged_ctas_per_sm));
   }
   const GroupGeometry geometry = Geometry(params);
+  ASSIGN_OR_RETURN(const bool resident, LaunchResidentIfChosen(params, input, weight, bias, output,
+                                                              workspace, options, stream));
+  if (resident) return absl::OkStatus();
   const int64_t lag =
       options.lag_chunks > 0 ? options.lag_chunks : group_norm_detail::DefaultLagChunks(params);
   const bool lagged_eligible = group_norm_detail::LaggedEligible(params, input, output, lag);

@@ -43,8 +43,16 @@ absl::Status ValidateGroupNormParams(const GroupNormParams& params);
 //    after summing it, so that its second read comes from L2
 //    (group_norm_lagged.cu); needs 16-byte aligned input and output and
 //    spatial_size % 4 == 0;
-//  - kAuto: kLagged where it can run, kTwoRead otherwise.
-enum class GroupNormSchedule { kAuto, kTwoRead, kLagged };
+//  - kResident: a persistent grid, one CTA per SM, that keeps each chunk in
+//    shared memory from its one read until its group's statistics are known
+//    (group_norm_resident.cu); needs what kLagged needs, a device with
+//    cooperative launch and 192 KiB of shared memory per CTA (sm_90: H100,
+//    H200), and groups of at most as many chunks of 16384 elements as the
+//    device has SMs;
+//  - kAuto: kResident where it can run on a device whose DRAM peaks at
+//    4 TB/s or more (H200; bench/kernel_notes.md v36), else kLagged where it
+//    can run, else kTwoRead.
+enum class GroupNormSchedule { kAuto, kTwoRead, kLagged, kResident };
 
 struct GroupNormOptions {
   GroupNormSchedule schedule = GroupNormSchedule::kAuto;

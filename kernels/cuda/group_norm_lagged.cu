@@ -10,6 +10,7 @@
 #include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/gpu_scope.cuh"
+#include "kernels/cuda/group_norm_chunk_steps.cuh"
 #include "kernels/cuda/group_norm_common.cuh"
 #include "kernels/cuda/group_norm_lagged.h"
 #include "kernels/cuda/residency.h"
@@ -81,12 +82,9 @@ using gpu_scope::LoadRelaxed;
 // reads (v22).
 constexpr int64_t kLagSlackChunks = 64;
 
-// The warp that works out phase 2's statistics.
-constexpr int kStatsWarp = 1;
-
-// The chunk to normalise, staged in shared memory: 64 KiB per CTA, so
-// shared memory allows 3 CTAs per SM, which the registers are bounded for.
-constexpr size_t kStagedBytes = sizeof(float4) * kThreads * kVectorsPerThread;
+// The chunk to normalise is staged in shared memory (kStagedChunkBytes,
+// 64 KiB per CTA), so shared memory allows 3 CTAs per SM, which the
+// registers are bounded for.
 constexpr int kMinCtasPerSm = 3;
 
 // Each group's arrival counter on its own 128-byte line: the counters are
@@ -105,8 +103,6 @@ struct LaggedLayout {
   size_t total_bytes = 0;
 };
 
-size_t RoundUp16(size_t bytes) { return (bytes + 15) / 16 * 16; }
-
 LaggedLayout Layout(const GroupNormParams& p) {
   LaggedLayout layout;
   layout.geometry = Geometry(p);
@@ -121,111 +117,14 @@ LaggedLayout Layout(const GroupNormParams& p) {
   return layout;
 }
 
-struct LaggedArgs {
-  const float* input;
-  const float* weight;  // [channels] or null
-  const float* bias;    // [channels] or null
-  float* output;        // may equal input
-  int64_t group_size;
-  int64_t chunks_per_group;
-  int64_t total_chunks;
-  int64_t lag;
-  int64_t num_groups;
-  int64_t channels_per_group;
-  int64_t spatial_size;
-  float eps;
-  double2* partials;
-  float* shifts;
-  unsigned int* arrivals;
-  unsigned int* ticket;
-};
-
-// This thread's float4 vectors of a chunk (thread i holds vectors i,
-// i + kThreads, ...) where StageChunk copied them, read when used (after
-// WaitStaged).
-struct StagedVectorsOfThread {
-  const float4* staged;
-  __device__ __forceinline__ float4 operator[](int i) const {
-    return staged[threadIdx.x + i * kThreads];
-  }
-};
-
-// This thread's vectors of a chunk in global memory (from its first
-// element), loaded where they are used: ordinary loads (not __ldg: with
-// output == input, other CTAs write this tensor).
-struct GlobalVectorsOfThread {
-  const float* first;
-  __device__ __forceinline__ float4 operator[](int i) const {
-    return reinterpret_cast<const float4*>(first)[threadIdx.x + i * kThreads];
-  }
-};
-
-// Where chunk `chunk` of the tensor lies: its (sample, group) slab, its
-// first element within the slab, and its float4 vectors.
-struct ChunkSpan {
-  int64_t group;
-  int64_t begin;
-  int count;
-};
-
-__device__ __forceinline__ ChunkSpan SpanOf(const LaggedArgs& a, int64_t chunk) {
-  const int64_t group = chunk / a.chunks_per_group;
-  const int64_t begin = (chunk - group * a.chunks_per_group) * kChunkElements;
-  return {group, begin, static_cast<int>((min(begin + kChunkElements, a.group_size) - begin) / 4)};
-}
-
-// The chunk's first element in `tensor` (the input or the output).
-template <typename T>
-__device__ __forceinline__ T* FirstOf(const LaggedArgs& a, const ChunkSpan& span, T* tensor) {
-  return tensor + span.group * a.group_size + span.begin;
-}
-
-// The last read of chunk `chunk`: this thread's vectors copied
-// (evict-first) to the same places of `staged`, one cp.async group.
-__device__ __forceinline__ void StageChunk(const LaggedArgs& a, int64_t chunk, float4* staged) {
-  const ChunkSpan span = SpanOf(a, chunk);
-  const float* first = FirstOf(a, span, a.input);
-#pragma unroll
-  for (int i = 0; i < kVectorsPerThread; ++i) {
-    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (index < span.count) {
-      CpAsync16LastUse(reinterpret_cast<float*>(staged + index), first + int64_t{index} * 4);
-    }
-  }
-  CpAsyncCommit();
-}
-
-// This thread's vectors of the chunk StageChunk copied last, once its
-// copies have landed (no barrier: no thread reads another's vectors).
-__device__ __forceinline__ StagedVectorsOfThread WaitStaged(const float4* staged) {
-  CpAsyncWait<0>();
-  return {staged};
-}
-
-// Phase 1 for chunk `t`: its partial, then the arrival. Block-uniform;
-// synchronises the block (BlockSum2).
-template <bool kGelu>
-__device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t) {
-  const ChunkSpan span = SpanOf(a, t);
-  const GlobalVectorsOfThread loaded{FirstOf(a, span, a.input)};
-  // The group's first value: this group is not normalised (in place) before
-  // every chunk of it has arrived, this one included.
-  const float shift = Prologue<kGelu>(a.input[span.group * a.group_size]);
-  double sum = 0.0;
-  double sum_squares = 0.0;
-  if (span.count == kThreads * kVectorsPerThread) {
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-      if (index < span.count) AddShifted4<kGelu>(loaded[i], shift, sum, sum_squares);
-    }
-  }
-  const double2 total = BlockSum2(sum, sum_squares);
+// Phase 1 for chunk `t` (at `span`), this thread's vectors of it in
+// `loaded`: its partial, then the arrival. Block-uniform; synchronises the
+// block (BlockSum2).
+template <bool kGelu, typename Vectors>
+__device__ __forceinline__ void SumChunk(const OneReadArgs& a, int64_t t, const ChunkSpan& span,
+                                         const Vectors& loaded) {
+  const float shift = GroupShift<kGelu>(a, span);
+  const double2 total = ChunkPartial<kGelu>(span, loaded, shift);
   if (threadIdx.x == 0) {
     if (span.begin == 0) a.shifts[span.group] = shift;
     a.partials[t] = total;
@@ -240,7 +139,7 @@ __device__ __forceinline__ void SumChunk(const LaggedArgs& a, int64_t t) {
 // relaxed read of the group's counter, issued before the CTA's own sum: if
 // it shows every chunk arrived, a fence makes it an acquire and the wait
 // costs no round trip; otherwise the warp polls with acquire loads.
-__device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
+__device__ __forceinline__ float4 GroupStats(const OneReadArgs& a, int64_t group,
                                              unsigned int early_count) {
   const auto chunks = static_cast<unsigned int>(a.chunks_per_group);
   const unsigned int* arrivals = a.arrivals + group * kCounterStride;
@@ -261,88 +160,44 @@ __device__ __forceinline__ float4 GroupStats(const LaggedArgs& a, int64_t group,
     group_sum += partial.x;
     group_squares += partial.y;
   }
-  group_sum = WarpSum(group_sum);
-  group_squares = WarpSum(group_squares);
-  const double n = static_cast<double>(a.group_size);
-  const double shifted_mean = group_sum / n;
-  const double variance = ClampVariance(group_squares / n - shifted_mean * shifted_mean);
-  return PackStats(static_cast<double>(__ldcg(a.shifts + group)) + shifted_mean, variance, a.eps);
+  return StatsFromLaneSums(group_sum, group_squares,
+                           static_cast<double>(__ldcg(a.shifts + group)), a.group_size, a.eps);
 }
 
-// Phase 2 for chunk `c`, as StageChunk copied it (after WaitStaged), with
-// its group's `stats`.
-template <bool kGelu>
-__device__ __forceinline__ void NormalizeChunk(const LaggedArgs& a, int64_t c, float4 stats,
-                                               const StagedVectorsOfThread& loaded) {
-  const ChunkSpan span = SpanOf(a, c);
-  const int64_t begin = span.begin;
-  const int count = span.count;
-  const float mean_hi = stats.x;
-  const float mean_lo = stats.y;
-  const float rstd = stats.z;
-  const int64_t first_channel = (span.group % a.num_groups) * a.channels_per_group;
-  float4* out = reinterpret_cast<float4*>(FirstOf(a, span, a.output));
-  // A whole chunk within one channel (the usual case: channels of at least
-  // a chunk's elements): one scale and shift for all of it.
-  if (count == kThreads * kVectorsPerThread &&
-      begin / a.spatial_size == (begin + kChunkElements - 1) / a.spatial_size) {
-    const int64_t channel = first_channel + begin / a.spatial_size;
-    const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
-    const float shift = LoadOr(a.bias, channel, 0.0f);
-#pragma unroll
-    for (int i = 0; i < kVectorsPerThread; ++i) {
-      __stcs(out + threadIdx.x + i * kThreads,
-             Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, shift));
-    }
-    return;
-  }
-  // 32-bit division whenever the group allows it.
-  const bool narrow = a.group_size <= int64_t{std::numeric_limits<uint32_t>::max()};
-#pragma unroll
-  for (int i = 0; i < kVectorsPerThread; ++i) {
-    const int index = static_cast<int>(threadIdx.x) + i * kThreads;
-    if (index < count) {
-      const int64_t offset = begin + int64_t{index} * 4;
-      const int64_t channel =
-          first_channel + (narrow ? static_cast<int64_t>(static_cast<uint32_t>(offset) /
-                                                         static_cast<uint32_t>(a.spatial_size))
-                                  : offset / a.spatial_size);
-      const float scale = rstd * LoadOr(a.weight, channel, 1.0f);
-      __stcs(out + index,
-             Normalize4<kGelu>(loaded[i], mean_hi, mean_lo, scale, LoadOr(a.bias, channel, 0.0f)));
-    }
-  }
-}
 
 // Ticket t's work: sum chunk t, normalise chunk t - lag. Copies chunk
 // t - lag to `staged` first and loads chunk t where it sums it.
 // Block-uniform.
 template <bool kGelu>
-__device__ __forceinline__ void RunTicket(const LaggedArgs& a, int64_t t, float4* staged) {
+__device__ __forceinline__ void RunTicket(const OneReadArgs& a, int64_t t, float4* staged) {
   __shared__ float4 group_stats;
   const bool has_sum = t < a.total_chunks;
   const bool has_normalize = t >= a.lag;
   const int64_t c = t - a.lag;
   if (has_normalize) StageChunk(a, c, staged);
   const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
-  const int64_t group = c / a.chunks_per_group;
+  const int64_t group = Quotient32(c, a.chunks_per_group);
   const unsigned int early_count =
       stats_warp ? LoadRelaxed(a.arrivals + group * kCounterStride) : 0;
-  if (has_sum) SumChunk<kGelu>(a, t);
+  if (has_sum) {
+    const ChunkSpan span = SpanOf(a, t);
+    SumChunk<kGelu>(a, t, span, GlobalVectorsOfThread{FirstOf(a, span, a.input)});
+  }
   if (has_normalize) {
     if (stats_warp) {
       const float4 stats = GroupStats(a, group, early_count);
       if (threadIdx.x % 32 == 0) group_stats = stats;
     }
     __syncthreads();
-    NormalizeChunk<kGelu>(a, c, group_stats, WaitStaged(staged));
+    const ChunkSpan span = SpanOf(a, c);
+    NormalizeStaged<kGelu>(a, span, group_stats, FirstChannelAffine(a, span), WaitStaged(staged));
   }
 }
 
-// One CTA per ticket, with kStagedBytes of dynamic shared memory; bounded
+// One CTA per ticket, with kStagedChunkBytes of dynamic shared memory; bounded
 // to 40 registers (no spills) so that 3 fit per SM.
 template <bool kGelu>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(LaggedArgs a) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm) LaggedGroupNormKernel(OneReadArgs a) {
   extern __shared__ float4 staged[];
   __shared__ unsigned int ticket;
   if (threadIdx.x == 0) ticket = atomicAdd(a.ticket, 1u);
@@ -377,30 +232,19 @@ absl::Status LaunchLaggedGroupNorm(const GroupNormParams& params, const float* i
   auto* counters = reinterpret_cast<unsigned int*>(base + layout.counters_offset);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(counters, 0, layout.counters_bytes, stream),
                              "GroupNorm counters memset"));
-  LaggedArgs args{};
-  args.input = input;
-  args.weight = weight;
-  args.bias = bias;
-  args.output = output;
-  args.group_size = layout.geometry.group_size;
-  args.chunks_per_group = layout.geometry.chunks_per_group;
-  args.total_chunks = layout.geometry.total_chunks;
-  args.lag = lag_chunks;
-  args.num_groups = params.num_groups;
-  args.channels_per_group = params.channels / params.num_groups;
-  args.spatial_size = params.spatial_size;
-  args.eps = params.eps;
+  OneReadArgs args = ArgsFor(params, layout.geometry, input, weight, bias, output);
   args.partials = reinterpret_cast<double2*>(base + layout.partials_offset);
   args.shifts = reinterpret_cast<float*>(base + layout.shifts_offset);
   args.arrivals = counters;
+  args.lag = lag_chunks;
   args.ticket = counters + layout.geometry.total_groups * kCounterStride;
   const auto blocks = static_cast<unsigned int>(layout.geometry.total_chunks + lag_chunks);
-  void (*const kernel)(LaggedArgs) = params.prologue == GroupNormPrologue::kGeluErf
+  void (*const kernel)(OneReadArgs) = params.prologue == GroupNormPrologue::kGeluErf
                                          ? LaggedGroupNormKernel<true>
                                          : LaggedGroupNormKernel<false>;
   ASSIGN_OR_RETURN(
       const size_t shared_bytes,
-      ResidencyPadding(reinterpret_cast<const void*>(kernel), ctas_per_sm, kStagedBytes));
+      ResidencyPadding(reinterpret_cast<const void*>(kernel), ctas_per_sm, kStagedChunkBytes));
   kernel<<<blocks, kThreads, shared_bytes, stream>>>(args);
   return CudaStatus(cudaGetLastError(), "GroupNorm (lagged) kernel launch");
 }

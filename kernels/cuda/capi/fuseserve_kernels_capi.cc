@@ -192,15 +192,16 @@ int64_t fs_groupnorm_workspace_bytes(int64_t batch, int64_t channels, int64_t sp
   return static_cast<int64_t>(fuseserve::cuda::GroupNormFamilyWorkspaceBytes(params));
 }
 
-// schedule: 0 auto, 1 two reads, 2 lagged (group_norm.h GroupNormSchedule);
+// schedule: 0 auto, 1 two reads, 2 lagged, 3 resident (group_norm.h
+// GroupNormSchedule);
 // lag_chunks 0 and ctas_per_sm < 0 = the defaults (GroupNormOptions).
 int fs_groupnorm_family(int64_t batch, int64_t channels, int64_t spatial_size,
                         int64_t num_groups, double eps, int64_t schedule, int64_t lag_chunks,
                         int64_t ctas_per_sm, const float* input, const float* gn_weight,
                         const float* gn_bias, float* output, void* workspace, void* stream,
                         char* error, int64_t error_size) {
-  if (schedule < 0 || schedule > 2) {
-    return Report(absl::InvalidArgumentError("schedule must be 0, 1 or 2"), error, error_size);
+  if (schedule < 0 || schedule > 3) {
+    return Report(absl::InvalidArgumentError("schedule must be 0, 1, 2 or 3"), error, error_size);
   }
   fuseserve::cuda::GroupNormParams params;
   params.batch = batch;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/group_norm_resident.h"
 #include "kernels/cuda/resources.h"
 #include "kernels/reference/error_metrics.h"
 #include "kernels/reference/ops.h"
@@ -304,11 +305,34 @@ int64_t ChunksPerGroup(const Case& c) {
   return (c.channels / c.num_groups * c.spatial_size() + kChunkElements - 1) / kChunkElements;
 }
 
-// The lagged schedule sums the same chunks in the same order as the two-read
-// one, so the two agree bit for bit; both match the float64 reference. Over
-// every case either can run (spatial sizes that are multiples of 4), with and
-// without the GELU prologue.
-TEST_F(CudaGroupNormTest, LaggedAndTwoReadSchedulesAgreeBitForBit) {
+// The multiprocessors of the current device, and whether it can run the
+// resident schedule (cooperative launch, 192 KiB of shared memory a CTA).
+int DeviceSms() {
+  int device = 0;
+  int sms = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  return sms;
+}
+
+bool DeviceRunsResident() {
+  int device = 0;
+  int cooperative = 0;
+  int shared_optin = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, device),
+            cudaSuccess);
+  EXPECT_EQ(cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            cudaSuccess);
+  return cooperative != 0 && shared_optin >= 194 * 1024;
+}
+
+// The one-read schedules (lagged, resident) sum the same chunks in the same
+// order as the two-read one, so all three agree bit for bit; all match the
+// float64 reference. Over every case they can run (spatial sizes that are
+// multiples of 4), with and without the GELU prologue.
+TEST_F(CudaGroupNormTest, OneReadSchedulesAgreeBitForBitWithTwoReads) {
+  if (!DeviceRunsResident()) GTEST_SKIP() << "the device cannot run the resident schedule";
   uint64_t seed = 400;
   int compared = 0;
   for (const Case& c : Cases()) {
@@ -318,19 +342,170 @@ TEST_F(CudaGroupNormTest, LaggedAndTwoReadSchedulesAgreeBitForBit) {
       const std::vector<float> input = reference::RandomNormal(c.count(), seed++);
       const std::vector<float> weight = reference::RandomNormal(c.channels, seed++);
       const std::vector<float> bias = reference::RandomNormal(c.channels, seed++);
-      const std::vector<float> lagged = Run(c.params(prologue), input, weight, bias, false, 0,
-                                            Pinned(GroupNormSchedule::kLagged));
       const std::vector<float> two_read = Run(c.params(prologue), input, weight, bias, false, 0,
                                               Pinned(GroupNormSchedule::kTwoRead));
-      ASSERT_EQ(lagged.size(), two_read.size());
-      EXPECT_EQ(std::memcmp(lagged.data(), two_read.data(), lagged.size() * sizeof(float)), 0);
+      for (GroupNormSchedule schedule : {GroupNormSchedule::kLagged, GroupNormSchedule::kResident}) {
+        SCOPED_TRACE(schedule == GroupNormSchedule::kLagged ? "lagged" : "resident");
+        const std::vector<float> one_read =
+            Run(c.params(prologue), input, weight, bias, false, 0, Pinned(schedule));
+        ASSERT_EQ(one_read.size(), two_read.size());
+        EXPECT_EQ(std::memcmp(one_read.data(), two_read.data(), one_read.size() * sizeof(float)),
+                  0);
+        ++compared;
+      }
       const ErrorStats error =
-          CompareToReference(lagged, Reference(c, prologue, input, weight, bias));
+          CompareToReference(two_read, Reference(c, prologue, input, weight, bias));
       EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
-      ++compared;
     }
   }
-  EXPECT_EQ(compared, 10);  // 5 cases x 2 prologues
+  EXPECT_EQ(compared, 20);  // 5 cases x 2 prologues x 2 schedules
+}
+
+// The resident schedule's grid over group sizes, each against the two-read
+// schedule bit for bit, out of place and in place: groups under one chunk
+// (a CTA per group, fewer chunks than SMs); 5 chunks a group over 4 steps
+// (a step of whole groups: 130 CTAs on 132 SMs); exactly as many chunks a
+// group as SMs, the last one partial (the largest group it runs, every CTA
+// owning a chunk of every group). One chunk more than the SMs: refused when
+// pinned, and kAuto still exact (the lagged schedule).
+TEST_F(CudaGroupNormTest, ResidentScheduleIsExactFromOneChunkPerGroupToOnePerSm) {
+  if (!DeviceRunsResident()) GTEST_SKIP() << "the device cannot run the resident schedule";
+  const absl::StatusOr<double> bandwidth = group_norm_detail::PeakDramBandwidth();
+  ASSERT_TRUE(bandwidth.ok()) << bandwidth.status();
+  EXPECT_GT(*bandwidth, 1e12);  // an H100's is 3.35e12, an H200's 4.8e12
+  EXPECT_LT(*bandwidth, 2e13);
+  const int64_t sms = DeviceSms();
+  // Groups of 2 channels x (sms * 8192 -/+ 4): sms chunks (the last 8
+  // elements short) or sms + 1 (8 elements into the next).
+  const Case one_per_sm{3, 2, {sms * 8192 - 4}, 1};
+  const Case over_sms{3, 2, {sms * 8192 + 4}, 1};
+  ASSERT_EQ(ChunksPerGroup(one_per_sm), sms);
+  ASSERT_EQ(ChunksPerGroup(over_sms), sms + 1);
+  uint64_t seed = 520;
+  for (const Case& c : {Case{6, 16, {32, 32}, 4}, Case{12, 64, {96, 96}, 8}, one_per_sm}) {
+    SCOPED_TRACE(absl::StrCat(c.ToString(), ", ", ChunksPerGroup(c), " chunks a group"));
+    const std::vector<float> input = reference::RandomUniform(c.count(), seed++, -1.0f, 3.0f);
+    const std::vector<float> weight = reference::RandomNormal(c.channels, seed++);
+    const std::vector<float> bias = reference::RandomNormal(c.channels, seed++);
+    const std::vector<float> two_read =
+        Run(c.params(), input, weight, bias, false, 0, Pinned(GroupNormSchedule::kTwoRead));
+    const ErrorStats error =
+        CompareToReference(two_read, Reference(c, GroupNormPrologue::kNone, input, weight, bias));
+    EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
+    for (bool in_place : {false, true}) {
+      SCOPED_TRACE(in_place ? "in place" : "out of place");
+      const std::vector<float> resident = Run(c.params(), input, weight, bias, in_place, 0,
+                                              Pinned(GroupNormSchedule::kResident));
+      ASSERT_EQ(resident.size(), two_read.size());
+      EXPECT_EQ(std::memcmp(resident.data(), two_read.data(), resident.size() * sizeof(float)), 0);
+    }
+  }
+  {
+    SCOPED_TRACE(absl::StrCat(over_sms.ToString(), ", one chunk a group more than the SMs"));
+    const std::vector<float> input = reference::RandomNormal(over_sms.count(), seed++);
+    const std::vector<float> weight = reference::RandomNormal(over_sms.channels, seed++);
+    const std::vector<float> bias = reference::RandomNormal(over_sms.channels, seed++);
+    auto in = DeviceBuffer::Allocate(over_sms.count() * sizeof(float));
+    auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(over_sms.params()));
+    ASSERT_TRUE(in.ok() && workspace.ok());
+    const absl::Status refused =
+        GroupNorm(over_sms.params(), in->as<float>(), nullptr, nullptr, in->as<float>(),
+                  workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kResident));
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    const std::vector<float> automatic = Run(over_sms.params(), input, weight, bias);
+    const std::vector<float> two_read = Run(over_sms.params(), input, weight, bias, false, 0,
+                                            Pinned(GroupNormSchedule::kTwoRead));
+    ASSERT_EQ(automatic.size(), two_read.size());
+    EXPECT_EQ(std::memcmp(automatic.data(), two_read.data(), automatic.size() * sizeof(float)), 0);
+  }
+}
+
+// Captured in a CUDA graph, as the GPU instances capture each batch size,
+// the cooperative launch replays with the graph: exact on the input of each
+// replay.
+TEST_F(CudaGroupNormTest, ResidentScheduleReplaysFromACapturedGraph) {
+  if (!DeviceRunsResident()) GTEST_SKIP() << "the device cannot run the resident schedule";
+  const Case c{2, 64, {128, 128}, 8};  // 8 chunks a group, 16 groups
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 531);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 532);
+  DeviceBuffer w = ToDevice(weight);
+  DeviceBuffer b = ToDevice(bias);
+  auto in = DeviceBuffer::Allocate(c.count() * sizeof(float));
+  auto out = DeviceBuffer::Allocate(c.count() * sizeof(float));
+  auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(c.params()));
+  ASSERT_TRUE(in.ok() && out.ok() && workspace.ok());
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status captured =
+      GroupNorm(c.params(), in->as<float>(), w.as<float>(), b.as<float>(), out->as<float>(),
+                workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kResident));
+  ASSERT_EQ(cudaStreamEndCapture(stream_.get(), &graph), cudaSuccess);
+  const GraphPtr graph_owner(graph);
+  ASSERT_TRUE(captured.ok()) << captured;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const GraphExecPtr exec_owner(exec);
+  for (uint64_t replay = 0; replay < 2; ++replay) {
+    SCOPED_TRACE(absl::StrCat("replay ", replay));
+    const std::vector<float> input = reference::RandomNormal(c.count(), 533 + replay);
+    ASSERT_EQ(cudaMemcpy(in->data(), input.data(), in->bytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemset(out->data(), 0xFF, out->bytes()), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream_.get()), cudaSuccess);
+    ASSERT_TRUE(stream_.Synchronize().ok());
+    const std::vector<float> replayed = ToHost(out->as<float>(), c.count());
+    const std::vector<float> two_read =
+        Run(c.params(), input, weight, bias, false, 0, Pinned(GroupNormSchedule::kTwoRead));
+    EXPECT_EQ(std::memcmp(replayed.data(), two_read.data(), replayed.size() * sizeof(float)), 0);
+  }
+}
+
+// Resident grids on two streams at once, beside lagged grids on a third
+// that hold SMs while they run: a cooperative grid starts all its CTAs
+// together, so none waits forever for a chunk owned by a CTA that has not
+// started. Every output exact (and the test finishes).
+TEST_F(CudaGroupNormTest, ResidentGridsRunBesideOtherGridsOnOtherStreams) {
+  if (!DeviceRunsResident()) GTEST_SKIP() << "the device cannot run the resident schedule";
+  const Case c{4, 64, {128, 128}, 8};  // 8 chunks a group, 32 groups
+  const std::vector<float> input = reference::RandomNormal(c.count(), 541);
+  const std::vector<float> weight = reference::RandomNormal(c.channels, 542);
+  const std::vector<float> bias = reference::RandomNormal(c.channels, 543);
+  const std::vector<float> expected =
+      Run(c.params(), input, weight, bias, false, 0, Pinned(GroupNormSchedule::kTwoRead));
+  DeviceBuffer in = ToDevice(input);
+  DeviceBuffer w = ToDevice(weight);
+  DeviceBuffer b = ToDevice(bias);
+  constexpr int kStreams = 3;
+  constexpr int kRounds = 20;
+  std::vector<Stream> streams;
+  std::vector<DeviceBuffer> outputs;
+  std::vector<DeviceBuffer> workspaces;
+  for (int i = 0; i < kStreams; ++i) {
+    auto stream = Stream::Create();
+    auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(c.params()));
+    ASSERT_TRUE(stream.ok() && workspace.ok());
+    streams.push_back(std::move(*stream));
+    workspaces.push_back(std::move(*workspace));
+    outputs.push_back(PoisonedDevice(c.count()));
+  }
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < kStreams; ++i) {
+      const GroupNormSchedule schedule =
+          i == kStreams - 1 ? GroupNormSchedule::kLagged : GroupNormSchedule::kResident;
+      const absl::Status status =
+          GroupNorm(c.params(), in.as<float>(), w.as<float>(), b.as<float>(),
+                    outputs[i].as<float>(), workspaces[i].data(), streams[i].get(),
+                    Pinned(schedule));
+      ASSERT_TRUE(status.ok()) << status;
+    }
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE(absl::StrCat("stream ", i));
+    ASSERT_TRUE(streams[i].Synchronize().ok());
+    const std::vector<float> got = ToHost(outputs[i].as<float>(), c.count());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0);
+  }
 }
 
 // The lag's two bounds: one group's chunks (the wait targets the group just
@@ -538,6 +713,39 @@ TEST(CudaGroupNormValidationTest, RejectsNullPointersAndApplyWithAPrologue) {
   const double sums[4] = {};
   EXPECT_EQ(GroupNormApply(p, sums, nullptr, nullptr, &dummy, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A pinned resident schedule refuses misaligned tensors and spatial sizes
+// that are not multiples of 4 before any CUDA call (so this runs without a
+// GPU).
+TEST(CudaGroupNormValidationTest, PinnedResidentScheduleRefusesMisalignedOrOddShapes) {
+  GroupNormParams p;
+  p.batch = 2;
+  p.channels = 8;
+  p.spatial_size = 32 * 1024;
+  p.num_groups = 4;
+  alignas(16) float buffer[8] = {};
+  float* aligned = buffer;
+  const GroupNormOptions resident = Pinned(GroupNormSchedule::kResident);
+  auto run = [&](const GroupNormParams& params, const float* in, float* out) {
+    return GroupNorm(params, in, nullptr, nullptr, out, aligned, nullptr, resident);
+  };
+  EXPECT_EQ(run(p, aligned + 1, aligned).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run(p, aligned, aligned + 1).code(), absl::StatusCode::kInvalidArgument);
+  GroupNormParams odd = p;
+  odd.spatial_size = 32 * 1024 + 2;
+  const absl::Status status = run(odd, aligned, aligned);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("resident schedule"), std::string::npos) << status;
+}
+
+// kAuto's rule between the one-read schedules: the resident one from 4 TB/s
+// of DRAM (an H200's 4.8), the lagged one below (an H100's 3.35).
+TEST(CudaGroupNormValidationTest, AutoTakesTheResidentScheduleFromFourTerabytesASecond) {
+  EXPECT_FALSE(group_norm_detail::ResidentPreferredAt(3.35e12));
+  EXPECT_FALSE(group_norm_detail::ResidentPreferredAt(3.99e12));
+  EXPECT_TRUE(group_norm_detail::ResidentPreferredAt(4.0e12));
+  EXPECT_TRUE(group_norm_detail::ResidentPreferredAt(4.8e12));
 }
 
 // A pinned lagged schedule that cannot run its arguments is refused before
