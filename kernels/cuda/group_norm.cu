@@ -201,7 +201,7 @@ absl::StatusOr<bool> LaunchResidentIfChosen(const GroupNormParams& params, const
   if (!pinned && options.schedule != GroupNormSchedule::kAuto) return false;
   int ctas = 0;
   if (group_norm_detail::ResidentShapeEligible(params, input, output)) {
-    ASSIGN_OR_RETURN(ctas, group_norm_detail::ResidentCtas(params));
+    ASSIGN_OR_RETURN(ctas, group_norm_detail::ResidentCtas(params, options.resident_ctas));
   }
   if (pinned && ctas == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -277,10 +277,10 @@ absl::Status GroupNorm(const GroupNormParams& params, const float* input, const 
   if (!Aligned16(workspace)) {
     return absl::InvalidArgumentError("GroupNorm: workspace must be 16-byte aligned");
   }
-  if (options.lag_chunks < 0 || options.lagged_ctas_per_sm < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GroupNorm: lag_chunks and lagged_ctas_per_sm must be >= 0, got ",
-                     options.lag_chunks, " and ", options.lagged_ctas_per_sm));
+  if (options.lag_chunks < 0 || options.lagged_ctas_per_sm < 0 || options.resident_ctas < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNorm: lag_chunks, lagged_ctas_per_sm and resident_ctas must be >= 0, got ",
+        options.lag_chunks, ", ", options.lagged_ctas_per_sm, " and ", options.resident_ctas));
   }
   const GroupGeometry geometry = Geometry(params);
   ASSIGN_OR_RETURN(const bool resident, LaunchResidentIfChosen(params, input, weight, bias, output,

@@ -65,6 +65,13 @@ struct GroupNormOptions {
   // is staged in 64 KiB of shared memory, which allows no more, so 0 or more
   // than 3 run the same as 3), or 1-2, capped through dynamic shared memory.
   int lagged_ctas_per_sm = 3;
+  // kResident's grid (and kAuto's where it takes kResident): 0 picks the
+  // default, the largest multiple of a group's chunks within the SMs (each
+  // step then holds whole groups) unless that idles more than 1/16 of them,
+  // else every SM. Otherwise at most the device's SMs and at least one
+  // group's chunks less one; more CTAs than the tensor's chunks run as many
+  // as chunks.
+  int resident_ctas = 0;
 };
 
 // Device scratch GroupNorm needs for `params` under any schedule (may be 0).

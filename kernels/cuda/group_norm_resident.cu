@@ -249,7 +249,7 @@ bool ResidentShapeEligible(const GroupNormParams& params, const float* input,
   return Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0;
 }
 
-absl::StatusOr<int> ResidentCtas(const GroupNormParams& params) {
+absl::StatusOr<int> ResidentCtas(const GroupNormParams& params, int requested) {
   int device = 0;
   RETURN_IF_CUDA_ERROR(cudaGetDevice(&device));
   int cooperative = 0;
@@ -265,8 +265,15 @@ absl::StatusOr<int> ResidentCtas(const GroupNormParams& params) {
       n > sms || n > 32 * kMaxChunksPerLane) {
     return 0;
   }
+  if (requested > 0 && (requested > sms || requested + 1 < n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GroupNorm: resident_ctas must be at most the device's ", sms,
+        " SMs and at least one group's chunks less one (", n - 1, "), got ", requested));
+  }
   const int64_t whole_groups = sms / n * n;
-  const int64_t ctas = (sms - whole_groups) * 16 <= sms ? whole_groups : sms;
+  const int64_t ctas = requested > 0                              ? requested
+                       : (sms - whole_groups) * 16 <= sms ? whole_groups
+                                                                  : sms;
   return static_cast<int>(std::min(ctas, geometry.total_chunks));
 }
 

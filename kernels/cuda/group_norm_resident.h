@@ -24,11 +24,12 @@ bool ResidentShapeEligible(const GroupNormParams& params, const float* input,
                            const float* output);
 
 // How many CTAs the schedule would launch for `params` on the current
-// device, or 0 where it cannot run there: the device lacks cooperative
-// launch or the ring's shared memory, or a group has more chunks than the
-// device has SMs (a CTA would wait for chunks that no running CTA owns) or
-// than 256.
-absl::StatusOr<int> ResidentCtas(const GroupNormParams& params);
+// device (`requested`, GroupNormOptions::resident_ctas, or the default for
+// 0), or 0 where it cannot run there: the device lacks cooperative launch or
+// the ring's shared memory, or a group has more chunks than the device has
+// SMs (a CTA would wait for chunks that no running CTA owns) or than 256.
+// InvalidArgument for a requested count the device or shape cannot take.
+absl::StatusOr<int> ResidentCtas(const GroupNormParams& params, int requested);
 
 // Whether GroupNormSchedule::kAuto takes the schedule, where it can run, on
 // a device whose DRAM peaks at `dram_bytes_per_second`: from 4 TB/s. The

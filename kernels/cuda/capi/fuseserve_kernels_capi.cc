@@ -194,7 +194,9 @@ int64_t fs_groupnorm_workspace_bytes(int64_t batch, int64_t channels, int64_t sp
 
 // schedule: 0 auto, 1 two reads, 2 lagged, 3 resident (group_norm.h
 // GroupNormSchedule);
-// lag_chunks 0 and ctas_per_sm < 0 = the defaults (GroupNormOptions).
+// lag_chunks 0 and ctas_per_sm < 0 = the defaults (GroupNormOptions);
+// with the resident schedule, ctas_per_sm >= 0 is its whole grid
+// (GroupNormOptions::resident_ctas).
 int fs_groupnorm_family(int64_t batch, int64_t channels, int64_t spatial_size,
                         int64_t num_groups, double eps, int64_t schedule, int64_t lag_chunks,
                         int64_t ctas_per_sm, const float* input, const float* gn_weight,
@@ -212,7 +214,13 @@ int fs_groupnorm_family(int64_t batch, int64_t channels, int64_t spatial_size,
   fuseserve::cuda::GroupNormOptions options;
   options.schedule = static_cast<fuseserve::cuda::GroupNormSchedule>(schedule);
   options.lag_chunks = lag_chunks;
-  if (ctas_per_sm >= 0) options.lagged_ctas_per_sm = static_cast<int>(ctas_per_sm);
+  if (ctas_per_sm >= 0) {
+    if (schedule == 3) {
+      options.resident_ctas = static_cast<int>(ctas_per_sm);
+    } else {
+      options.lagged_ctas_per_sm = static_cast<int>(ctas_per_sm);
+    }
+  }
   return Report(fuseserve::cuda::RunGroupNormFamily(params, gn_weight, gn_bias, input, output,
                                                     workspace, static_cast<cudaStream_t>(stream),
                                                     options),

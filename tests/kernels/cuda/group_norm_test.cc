@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -392,12 +393,20 @@ TEST_F(CudaGroupNormTest, ResidentScheduleIsExactFromOneChunkPerGroupToOnePerSm)
     const ErrorStats error =
         CompareToReference(two_read, Reference(c, GroupNormPrologue::kNone, input, weight, bias));
     EXPECT_TRUE(error.Within(kFp32Tolerance)) << error;
-    for (bool in_place : {false, true}) {
-      SCOPED_TRACE(in_place ? "in place" : "out of place");
-      const std::vector<float> resident = Run(c.params(), input, weight, bias, in_place, 0,
-                                              Pinned(GroupNormSchedule::kResident));
-      ASSERT_EQ(resident.size(), two_read.size());
-      EXPECT_EQ(std::memcmp(resident.data(), two_read.data(), resident.size() * sizeof(float)), 0);
+    // The default grid, then every SM (steps that cut groups: a CTA may wait
+    // for chunks of the step it is in) and the fewest CTAs a group allows.
+    const int64_t fewest = std::max<int64_t>(ChunksPerGroup(c) - 1, 1);
+    for (int64_t ctas : {int64_t{0}, sms, fewest}) {
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(ctas, " CTAs", in_place ? ", in place" : ""));
+        GroupNormOptions options = Pinned(GroupNormSchedule::kResident);
+        options.resident_ctas = static_cast<int>(ctas);
+        const std::vector<float> resident =
+            Run(c.params(), input, weight, bias, in_place, 0, options);
+        ASSERT_EQ(resident.size(), two_read.size());
+        EXPECT_EQ(std::memcmp(resident.data(), two_read.data(), resident.size() * sizeof(float)),
+                  0);
+      }
     }
   }
   {
@@ -412,6 +421,16 @@ TEST_F(CudaGroupNormTest, ResidentScheduleIsExactFromOneChunkPerGroupToOnePerSm)
         GroupNorm(over_sms.params(), in->as<float>(), nullptr, nullptr, in->as<float>(),
                   workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kResident));
     EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+    // A grid of more CTAs than SMs, or too few for a group (here sms - 2
+    // for groups of sms chunks), is refused too.
+    for (int64_t ctas : {sms + 1, sms - 2}) {
+      GroupNormOptions options = Pinned(GroupNormSchedule::kResident);
+      options.resident_ctas = static_cast<int>(ctas);
+      const absl::Status bad_grid =
+          GroupNorm(one_per_sm.params(), in->as<float>(), nullptr, nullptr, in->as<float>(),
+                    workspace->data(), stream_.get(), options);
+      EXPECT_EQ(bad_grid.code(), absl::StatusCode::kInvalidArgument) << ctas << ": " << bad_grid;
+    }
     const std::vector<float> automatic = Run(over_sms.params(), input, weight, bias);
     const std::vector<float> two_read = Run(over_sms.params(), input, weight, bias, false, 0,
                                             Pinned(GroupNormSchedule::kTwoRead));
