@@ -199,11 +199,8 @@ absl::StatusOr<bool> LaunchResidentIfChosen(const GroupNormParams& params, const
                                             cudaStream_t stream) {
   const bool pinned = options.schedule == GroupNormSchedule::kResident;
   if (!pinned && options.schedule != GroupNormSchedule::kAuto) return false;
-  int ctas = 0;
-  if (group_norm_detail::ResidentShapeEligible(params, input, output)) {
-    ASSIGN_OR_RETURN(ctas, group_norm_detail::ResidentCtas(params, options.resident_ctas));
-  }
-  if (pinned && ctas == 0) {
+  const auto cannot_run = [&]() -> absl::StatusOr<bool> {
+    if (!pinned) return false;
     return absl::InvalidArgumentError(absl::StrCat(
         "GroupNorm: the resident schedule needs 16-byte aligned input and output, "
         "spatial_size % 4 == 0 (got ",
@@ -211,12 +208,16 @@ absl::StatusOr<bool> LaunchResidentIfChosen(const GroupNormParams& params, const
         "), a device with cooperative launch and 192 KiB of shared memory per block, and at "
         "most as many chunks per group (",
         Geometry(params).chunks_per_group, ") as the device has SMs, and 256"));
-  }
-  if (!pinned && ctas > 0) {
+  };
+  if (!group_norm_detail::ResidentShapeEligible(params, input, output)) return cannot_run();
+  // kAuto asks the (cached) bandwidth first: where the schedule is not
+  // preferred, the device's limits are never queried.
+  if (!pinned) {
     ASSIGN_OR_RETURN(const double bandwidth, group_norm_detail::PeakDramBandwidth());
-    if (!group_norm_detail::ResidentPreferredAt(bandwidth)) ctas = 0;
+    if (!group_norm_detail::ResidentPreferredAt(bandwidth)) return false;
   }
-  if (ctas == 0) return false;
+  ASSIGN_OR_RETURN(const int ctas, group_norm_detail::ResidentCtas(params, options.resident_ctas));
+  if (ctas == 0) return cannot_run();
   const absl::Status status = group_norm_detail::LaunchResidentGroupNorm(
       params, input, weight, bias, output, workspace, ctas, stream);
   // Unpinned, a grid the driver cannot hold at once takes the lagged

@@ -25,6 +25,14 @@ namespace fuseserve::cuda::group_norm_detail {
 
 inline size_t RoundUp16(size_t bytes) { return (bytes + 15) / 16 * 16; }
 
+// Whether a one-read schedule's access shape fits: 16-byte aligned input
+// and output, and spatial_size a multiple of 4 (every float4 in one
+// channel, every chunk boundary float4-aligned).
+inline bool OneReadShapeEligible(const GroupNormParams& params, const float* input,
+                                 const float* output) {
+  return Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0;
+}
+
 // A one-read schedule's kernel arguments; the shifts, arrivals, lag and
 // ticket are the lagged schedule's (the resident one keeps its shifts in
 // double, group_norm_resident.cu).

@@ -215,7 +215,7 @@ int64_t DefaultLagChunks(const GroupNormParams& params) {
 bool LaggedEligible(const GroupNormParams& params, const float* input, const float* output,
                     int64_t lag_chunks) {
   const LaggedLayout layout = Layout(params);
-  return Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0 &&
+  return OneReadShapeEligible(params, input, output) &&
          lag_chunks >= layout.geometry.chunks_per_group &&
          lag_chunks <= layout.geometry.total_chunks &&
          layout.geometry.total_chunks + lag_chunks <= std::numeric_limits<int32_t>::max();

@@ -246,7 +246,7 @@ constexpr size_t kStaticSharedAllowance = 2048;
 
 bool ResidentShapeEligible(const GroupNormParams& params, const float* input,
                            const float* output) {
-  return Aligned16(input) && Aligned16(output) && params.spatial_size % 4 == 0;
+  return OneReadShapeEligible(params, input, output);
 }
 
 absl::StatusOr<int> ResidentCtas(const GroupNormParams& params, int requested) {
