@@ -188,9 +188,13 @@ void RequestSender::Send(Done done) {
     const size_t queues = queues_in_use_.load(std::memory_order_relaxed);
     call->reader = stub.PrepareUnaryCall(&call->context, ModelInferMethod(), *request,
                                          queues_[n % queues].get());
+    // Our last read of the call is before the release: once StartCall runs,
+    // Finish may hand it to a queue's thread that completes and deletes it,
+    // and ThreadSanitizer does not see that hand-off inside gRPC core.
+    grpc::ClientAsyncResponseReader<grpc::ByteBuffer>* const reader = call->reader.get();
     call->started.store(true, std::memory_order_release);
-    call->reader->StartCall();
-    call->reader->Finish(&call->response, &call->status, call);
+    reader->StartCall();
+    reader->Finish(&call->response, &call->status, call);
     return;
   }
   call->started.store(true, std::memory_order_release);
