@@ -140,8 +140,16 @@ __device__ __forceinline__ T* FirstOf(const OneReadArgs& a, const ChunkSpan& spa
   return tensor + span.group * a.group_size + span.begin;
 }
 
-// The last read of chunk `chunk`: this thread's vectors copied
-// (evict-first) to the same places of `staged`, one cp.async group.
+// How StageChunk's copies leave the lines they read in L2: marked first to
+// evict (the lagged schedule's copy, the second and last read of a chunk
+// that sits in L2), or under L2's default policy (the resident schedule's
+// copy, a chunk's only read, straight from HBM: 0.7-0.8% faster there than
+// marked in two same-call A/Bs on H200s, bench/kernel_notes.md v41).
+enum class StagedLines { kEvictFirst, kDefault };
+
+// The last read of chunk `chunk`: this thread's vectors copied to the same
+// places of `staged`, one cp.async group.
+template <StagedLines kLines>
 __device__ __forceinline__ void StageChunk(const OneReadArgs& a, int64_t chunk, float4* staged) {
   const ChunkSpan span = SpanOf(a, chunk);
   const float* first = FirstOf(a, span, a.input);
@@ -149,7 +157,13 @@ __device__ __forceinline__ void StageChunk(const OneReadArgs& a, int64_t chunk, 
   for (int i = 0; i < kVectorsPerThread; ++i) {
     const int index = static_cast<int>(threadIdx.x) + i * kThreads;
     if (index < span.count) {
-      CpAsync16LastUse(reinterpret_cast<float*>(staged + index), first + int64_t{index} * 4);
+      float* to = reinterpret_cast<float*>(staged + index);
+      const float* from = first + int64_t{index} * 4;
+      if constexpr (kLines == StagedLines::kEvictFirst) {
+        CpAsync16LastUse(to, from);
+      } else {
+        CpAsync16(to, from);
+      }
     }
   }
   CpAsyncCommit();

@@ -174,7 +174,7 @@ __device__ __forceinline__ void RunTicket(const OneReadArgs& a, int64_t t, float
   const bool has_sum = t < a.total_chunks;
   const bool has_normalize = t >= a.lag;
   const int64_t c = t - a.lag;
-  if (has_normalize) StageChunk(a, c, staged);
+  if (has_normalize) StageChunk<StagedLines::kEvictFirst>(a, c, staged);
   const bool stats_warp = has_normalize && threadIdx.x / 32 == kStatsWarp;
   const int64_t group = Quotient32(c, a.chunks_per_group);
   const unsigned int early_count =

@@ -24,9 +24,9 @@
 // tensor (chunk s * P + b at its step s), and keeps each chunk in shared
 // memory from its HBM read until it is normalised. Each CTA runs a ring of
 // kRingSlots (3) chunk-sized slots; at step s it
-//  - copies chunk s + 1 into its slot (cp.async, evict-first: each thread
-//    copies its own vectors and is the only one to read them) and loads
-//    its group's shift, so that both are in flight for a step;
+//  - copies chunk s + 1 into its slot (cp.async, each thread its own
+//    vectors, which only it reads) and loads its group's shift, so that
+//    both are in flight for a step;
 //  - requests the partials of the group of chunk s - 1 and that chunk's
 //    affine parameters;
 //  - sums chunk s from shared memory into its partial, stored with no
@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Each chunk's shift is loaded with its copy, a step before its sum.
   float next_shift = 0.0f;
   if (steps > 0) {
-    StageChunk(a, chunk_at(0), slot_of(0));
+    StageChunk<StagedLines::kDefault>(a, chunk_at(0), slot_of(0));
     next_shift = GroupShift<kGelu>(a, SpanOf(a, chunk_at(0)));
   }
   for (int64_t s = 0; s <= steps; ++s) {
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // waiting for all but the newest group waits for chunk s.
     const float shift = next_shift;
     if (s + 1 < steps) {
-      StageChunk(a, chunk_at(s + 1), slot_of(s + 1));
+      StageChunk<StagedLines::kDefault>(a, chunk_at(s + 1), slot_of(s + 1));
       next_shift = GroupShift<kGelu>(a, SpanOf(a, chunk_at(s + 1)));
     } else {
       CpAsyncCommit();
