@@ -108,6 +108,14 @@ grpc::ByteBuffer SerializeAnswer(InferCall& call) {
   return SerializeWireInferResponse(call.header, std::move(raw));
 }
 
+// Page-locked answer buffers are freed off the gRPC threads that return them.
+HostBufferPool::Options AnswerBufferOptions(bool page_locked) {
+  HostBufferPool::Options options;
+  options.page_locked = page_locked;
+  options.free_in_background = page_locked;
+  return options;
+}
+
 }  // namespace
 
 ModelInferHandler::Answer::~Answer() = default;
@@ -134,7 +142,7 @@ ModelInferHandler::ModelInferHandler(const ModelManager* models, Clock* clock,
     : models_(models),
       clock_(clock),
       shared_memory_(shared_memory),
-      output_buffers_(HostBufferPool::Create({page_locked_outputs})) {}
+      output_buffers_(HostBufferPool::Create(AnswerBufferOptions(page_locked_outputs))) {}
 
 void ModelInferHandler::Start(const grpc::ByteBuffer& request, CallInfo info, Done done) const {
   const absl::Time received = clock_->Now();

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -72,16 +73,81 @@ void HostBuffer::Release(void* context) {
   delete detached;
 }
 
+// A thread that frees the buffers it is handed, in the order handed.
+class HostBufferPool::BackgroundFreer {
+ public:
+  explicit BackgroundFreer(const HostBufferPool* pool)
+      : pool_(pool), thread_([this] { Loop(); }) {}
+
+  // Frees every buffer handed over, then stops.
+  ~BackgroundFreer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+
+  BackgroundFreer(const BackgroundFreer&) = delete;
+  BackgroundFreer& operator=(const BackgroundFreer&) = delete;
+
+  void Hand(std::vector<char*> buffers) {
+    absl::MutexLock lock(&mu_);
+    pending_.insert(pending_.end(), buffers.begin(), buffers.end());
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::vector<char*> batch;
+      bool stopping = false;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](BackgroundFreer* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+              return self->stopping_ || !self->pending_.empty();
+            },
+            this));
+        batch.swap(pending_);
+        stopping = stopping_;
+      }
+      for (char* data : batch) pool_->Free(data);
+      if (stopping && batch.empty()) return;
+    }
+  }
+
+  const HostBufferPool* const pool_;  // outlives this (destroyed first)
+  absl::Mutex mu_;
+  std::vector<char*> pending_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+HostBufferPool::HostBufferPool(const Options& options)
+    : options_(options),
+      freer_(options.free_in_background ? std::make_unique<BackgroundFreer>(this) : nullptr) {}
+
 std::shared_ptr<HostBufferPool> HostBufferPool::Create(const Options& options) {
   return std::shared_ptr<HostBufferPool>(new HostBufferPool(options));
 }
 
 HostBufferPool::~HostBufferPool() {
+  freer_.reset();  // what it was handed, freed first
   absl::MutexLock lock(&mu_);
   for (const auto& [capacity, idle] : idle_) Free(idle.data);
 }
 
+void HostBufferPool::Release(std::vector<char*> buffers) {
+  if (buffers.empty()) return;
+  if (freer_ != nullptr) {
+    freer_->Hand(std::move(buffers));
+    return;
+  }
+  for (char* data : buffers) Free(data);
+}
+
 void HostBufferPool::Free(char* data) const {
+  if (options_.on_free) options_.on_free(data);
   if (options_.page_locked) {
     FreePageLocked(data);
   } else {
@@ -147,8 +213,8 @@ void HostBufferPool::Return(char* data, size_t capacity) {
     }
   }
   // Outside the lock: freeing page-locked memory takes the driver's time.
-  for (char* old : displaced) Free(old);
-  if (data != nullptr) Free(data);
+  if (data != nullptr) displaced.push_back(data);
+  Release(std::move(displaced));
 }
 
 int64_t HostBufferPool::allocations() const {

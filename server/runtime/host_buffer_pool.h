@@ -18,8 +18,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -67,6 +69,15 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
     // full pool displaces the least recently returned ones (a buffer larger
     // than the limit is freed).
     size_t max_idle_bytes = size_t{1} << 30;
+    // Frees displaced and oversized buffers on a thread of the pool's own
+    // rather than on the thread that returns them. For page-locked buffers:
+    // releasing page-locked memory takes the driver milliseconds, which the
+    // gRPC thread that returns an answer's buffer (and every call it serves
+    // next) should not wait for.
+    bool free_in_background = false;
+    // For tests: called with each buffer, on the thread that frees it, just
+    // before it is freed.
+    std::function<void(const char* data)> on_free;
   };
 
   static std::shared_ptr<HostBufferPool> Create(const Options& options);
@@ -93,9 +104,13 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
 
  private:
   friend class HostBuffer;
-  explicit HostBufferPool(const Options& options) : options_(options) {}
+  class BackgroundFreer;
+
+  explicit HostBufferPool(const Options& options);
   void Return(char* data, size_t capacity);
   void Free(char* data) const;
+  // Frees `buffers` here or hands them to the background freer.
+  void Release(std::vector<char*> buffers);
 
   struct Idle {
     char* data;
@@ -112,6 +127,9 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   size_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   size_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t allocations_ ABSL_GUARDED_BY(mu_) = 0;
+  // With free_in_background; declared last, so destroyed first: every buffer
+  // handed to it is freed before the rest of the pool goes.
+  std::unique_ptr<BackgroundFreer> freer_;
 };
 
 }  // namespace fuseserve

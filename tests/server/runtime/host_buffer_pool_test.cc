@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace fuseserve {
@@ -225,6 +227,87 @@ TEST(HostBufferPoolTest, ManyThreadsAcquireAndReturnConcurrently) {
   for (std::thread& thread : threads) thread.join();
   // At most one buffer per thread and size class was ever in use at once.
   EXPECT_LE(pool->allocations(), 12);
+}
+
+// The freeing thread of each buffer freed, in order (on_free's record).
+struct FreeLog {
+  absl::Mutex mu;
+  std::vector<std::pair<const char*, std::thread::id>> freed ABSL_GUARDED_BY(mu);
+  // While false, on_free waits: the freeing thread is held inside the free.
+  bool release ABSL_GUARDED_BY(mu) = true;
+};
+
+std::shared_ptr<HostBufferPool> BackgroundFreeingPool(FreeLog& log, size_t max_idle_bytes) {
+  HostBufferPool::Options options;
+  options.max_idle_bytes = max_idle_bytes;
+  options.free_in_background = true;
+  options.on_free = [&log](const char* data) {
+    absl::MutexLock lock(&log.mu);
+    log.freed.emplace_back(data, std::this_thread::get_id());
+    // Bounded: a free on the returning thread itself fails the test below
+    // instead of hanging it.
+    static_cast<void>(log.mu.AwaitWithTimeout(absl::Condition(&log.release), absl::Seconds(10)));
+  };
+  return HostBufferPool::Create(options);
+}
+
+// A displaced buffer is freed on the pool's own thread, and the return that
+// displaced it does not wait for the free: here the free is held until the
+// return has come back.
+TEST(HostBufferPoolTest, FreesDisplacedBuffersOnItsOwnThreadWithoutWaitingForThem) {
+  constexpr size_t kPage = 4096;
+  FreeLog log;
+  {
+    absl::MutexLock lock(&log.mu);
+    log.release = false;
+  }
+  auto pool = BackgroundFreeingPool(log, /*max_idle_bytes=*/kPage);
+  const char* first = nullptr;
+  {
+    absl::StatusOr<HostBuffer> a = pool->Acquire(kPage);
+    absl::StatusOr<HostBuffer> b = pool->Acquire(kPage);
+    ASSERT_TRUE(a.ok() && b.ok());
+    first = a->data();
+    *a = HostBuffer();  // idle
+    *b = HostBuffer();  // displaces a: handed to the freer, which is held
+  }
+  {
+    absl::MutexLock lock(&log.mu);
+    log.mu.Await(absl::Condition(
+        +[](FreeLog* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return !l->freed.empty(); },
+        &log));
+    ASSERT_EQ(log.freed.size(), 1u);
+    EXPECT_EQ(log.freed[0].first, first);
+    EXPECT_NE(log.freed[0].second, std::this_thread::get_id());
+    log.release = true;
+  }
+  EXPECT_EQ(pool->idle_bytes(), kPage);
+  EXPECT_EQ(pool->usage().held_bytes, kPage);
+}
+
+// Destroying the pool frees every buffer: those still waiting for the
+// background thread, and the idle ones.
+TEST(HostBufferPoolTest, BackgroundFreeingPoolFreesEveryBufferByItsDestruction) {
+  constexpr size_t kPage = 4096;
+  FreeLog log;
+  int64_t allocations = 0;
+  {
+    auto pool = BackgroundFreeingPool(log, /*max_idle_bytes=*/2 * kPage);
+    for (int round = 0; round < 20; ++round) {
+      std::vector<HostBuffer> held;
+      for (int i = 0; i < 3; ++i) {
+        absl::StatusOr<HostBuffer> buffer = pool->Acquire(kPage * (1 + (round + i) % 3));
+        ASSERT_TRUE(buffer.ok());
+        held.push_back(*std::move(buffer));
+      }
+    }
+    // Larger than the limit: freed at once, in the background.
+    { ASSERT_TRUE(pool->Acquire(4 * kPage).ok()); }
+    allocations = pool->allocations();
+  }
+  // Each buffer freed once: none left behind, none freed twice.
+  absl::MutexLock lock(&log.mu);
+  EXPECT_EQ(static_cast<int64_t>(log.freed.size()), allocations);
 }
 
 }  // namespace
