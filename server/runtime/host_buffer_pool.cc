@@ -168,27 +168,35 @@ absl::StatusOr<HostBuffer> HostBufferPool::Acquire(size_t bytes) {
       idle_bytes_ -= found_capacity;
       return HostBuffer(shared_from_this(), data, bytes, found_capacity);
     }
+    // Counted as held now, so that an allocation that succeeds takes the
+    // lock once; one that fails gives them back below.
     ++allocations_;
+    held_bytes_ += capacity;
   }
-  char* data = nullptr;
+  absl::StatusOr<char*> data = Allocate(capacity);
+  if (!data.ok()) {
+    absl::MutexLock lock(&mu_);
+    --allocations_;
+    held_bytes_ -= capacity;
+    return data.status();
+  }
+  return HostBuffer(shared_from_this(), *data, bytes, capacity);
+}
+
+absl::StatusOr<char*> HostBufferPool::Allocate(size_t capacity) const {
   if (options_.page_locked) {
     absl::StatusOr<void*> allocated = AllocatePageLocked(capacity);
     if (!allocated.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat(
           capacity, " bytes of page-locked host memory: ", allocated.status().message()));
     }
-    data = static_cast<char*>(*allocated);
-  } else {
-    data = static_cast<char*>(std::aligned_alloc(kPage, capacity));
-    if (data == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(capacity, " bytes of host memory"));
-    }
+    return static_cast<char*>(*allocated);
   }
-  {
-    absl::MutexLock lock(&mu_);
-    held_bytes_ += capacity;
+  auto* data = static_cast<char*>(std::aligned_alloc(kPage, capacity));
+  if (data == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(capacity, " bytes of host memory"));
   }
-  return HostBuffer(shared_from_this(), data, bytes, capacity);
+  return data;
 }
 
 void HostBufferPool::Return(char* data, size_t capacity) {

@@ -90,7 +90,8 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   absl::StatusOr<HostBuffer> Acquire(size_t bytes);
 
   bool page_locked() const { return options_.page_locked; }
-  // Buffers ever allocated, and idle bytes held (for tests and metrics).
+  // Buffers ever allocated (successfully), and idle bytes held (for tests
+  // and metrics).
   int64_t allocations() const;
   size_t idle_bytes() const;
 
@@ -108,6 +109,8 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
 
   explicit HostBufferPool(const Options& options);
   void Return(char* data, size_t capacity);
+  // A new buffer of `capacity` bytes (a whole number of pages).
+  absl::StatusOr<char*> Allocate(size_t capacity) const;
   void Free(char* data) const;
   // Frees `buffers` here or hands them to the background freer.
   void Release(std::vector<char*> buffers);

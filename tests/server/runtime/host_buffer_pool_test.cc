@@ -3,12 +3,14 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "server/runtime/page_locked_memory.h"
 
 namespace fuseserve {
 namespace {
@@ -125,6 +127,23 @@ TEST(HostBufferPoolTest, ABufferLargerThanTheLimitIsFreedAndTheIdleOnesStay) {
   EXPECT_EQ(pool->idle_bytes(), size_t{1} << 20);
   ASSERT_TRUE(pool->Acquire(1 << 20).ok());
   EXPECT_EQ(pool->allocations(), 2);
+}
+
+// Where no page-locked memory can be had (no CUDA device), a page-locked
+// pool's allocations fail: an error naming the size, and nothing counted.
+TEST(HostBufferPoolTest, AFailedAllocationIsNeitherCountedNorHeld) {
+  if (PageLockedMemoryAvailable()) GTEST_SKIP() << "page-locked memory can be had here";
+  HostBufferPool::Options options;
+  options.page_locked = true;
+  auto pool = HostBufferPool::Create(options);
+  absl::StatusOr<HostBuffer> buffer = pool->Acquire(4096);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_EQ(buffer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(buffer.status().message().find("4096 bytes of page-locked host memory"),
+            std::string::npos)
+      << buffer.status();
+  EXPECT_EQ(pool->allocations(), 0);
+  EXPECT_EQ(pool->usage().held_bytes, 0u);
 }
 
 // What nv_pinned_memory_pool_{total,used}_bytes report.
