@@ -1,6 +1,8 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -57,6 +59,43 @@ void ThreadPool::Post(std::function<void()> task) {
   tasks_.push_back(std::move(task));
 }
 
+namespace {
+
+// One ParallelFor's chunks, claimed in order by whichever thread comes next:
+// the caller and the workers its tasks reach. On the heap, shared by those
+// tasks, so that a task a worker starts only after the caller returned (every
+// chunk claimed and done by then) finds nothing to claim and touches nothing
+// of the caller's.
+struct ParallelForChunks {
+  ParallelForChunks(int64_t n, int64_t chunk, int64_t count,
+                    const std::function<void(int64_t, int64_t)>& fn)
+      : n(n), chunk(chunk), count(count), fn(&fn) {}
+
+  // Runs chunks until none is left to claim.
+  void RunUnclaimed() {
+    for (;;) {
+      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= count) return;
+      const int64_t begin = c * chunk;
+      const int64_t end = std::min(n, begin + chunk);
+      if (begin < end) (*fn)(begin, end);
+      absl::MutexLock lock(&mu);
+      ++done;
+    }
+  }
+
+  const int64_t n;
+  const int64_t chunk;
+  const int64_t count;
+  // Called only for a claimed chunk: while the caller waits for it.
+  const std::function<void(int64_t, int64_t)>* const fn;
+  std::atomic<int64_t> next{0};
+  absl::Mutex mu;
+  int64_t done ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace
+
 void ThreadPool::ParallelFor(
     int64_t n, int64_t min_chunk,
     const std::function<void(int64_t begin, int64_t end)>& fn) {
@@ -69,25 +108,21 @@ void ThreadPool::ParallelFor(
     return;
   }
   const int64_t chunk = (n + num_chunks - 1) / num_chunks;
-
-  absl::Mutex done_mu;
-  int64_t remaining = num_chunks - 1;  // chunks handed to the workers
+  auto chunks = std::make_shared<ParallelForChunks>(n, chunk, num_chunks, fn);
   {
     absl::MutexLock lock(&mu_);
     for (int64_t c = 1; c < num_chunks; ++c) {
-      const int64_t begin = c * chunk;
-      const int64_t end = std::min(n, begin + chunk);
-      tasks_.emplace_back([&, begin, end] {
-        if (begin < end) fn(begin, end);
-        absl::MutexLock done_lock(&done_mu);
-        --remaining;
-      });
+      tasks_.emplace_back([chunks] { chunks->RunUnclaimed(); });
     }
   }
-  fn(0, std::min(n, chunk));
-  absl::MutexLock done_lock(&done_mu);
-  done_mu.Await(absl::Condition(
-      +[](int64_t* left) { return *left == 0; }, &remaining));
+  // The caller claims chunks too, so that none waits for a worker busy with
+  // someone else's (several instances share the pool), and a ParallelFor
+  // called from a worker's own task completes even with every worker busy.
+  chunks->RunUnclaimed();
+  absl::MutexLock lock(&chunks->mu);
+  chunks->mu.Await(absl::Condition(
+      +[](ParallelForChunks* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) { return c->done == c->count; },
+      chunks.get()));
 }
 
 }  // namespace fuseserve

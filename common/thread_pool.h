@@ -7,7 +7,10 @@
 // ParallelFor splits [0, n) into contiguous chunks and runs them on the pool
 // and on the calling thread, returning when all chunks are done. Several
 // threads may call ParallelFor on one pool at once (several model instances
-// share the process's cores); their chunks interleave on the workers.
+// share the process's cores); their chunks interleave on the workers, and
+// each caller runs those of its chunks no worker has taken yet rather than
+// wait for them. So a ParallelFor also completes when called from one of the
+// pool's own tasks.
 //
 // Tasks run in the order they were queued on one worker, concurrently on
 // several. Destruction runs every task queued before it began, then joins.

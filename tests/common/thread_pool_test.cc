@@ -84,5 +84,57 @@ TEST(ThreadPoolTest, SeveralWorkersRunPostedTasksConcurrently) {
   EXPECT_EQ(met.load(), 2);
 }
 
+// With the pool's only worker held by another task, a ParallelFor's caller
+// runs every chunk itself instead of waiting for that worker.
+TEST(ThreadPoolTest, ACallerRunsItsChunksItselfWhileEveryWorkerIsBusy) {
+  absl::Mutex mu;
+  bool release = false;
+  ThreadPool pool(1, "test-pool");
+  pool.Post([&] {
+    absl::MutexLock lock(&mu);
+    static_cast<void>(mu.AwaitWithTimeout(absl::Condition(&release), kTimeout));
+  });
+  absl::Mutex ran_mu;
+  std::vector<std::thread::id> ran_on;
+  int64_t covered = 0;
+  pool.ParallelFor(100, 1, [&](int64_t begin, int64_t end) {
+    absl::MutexLock lock(&ran_mu);
+    ran_on.push_back(std::this_thread::get_id());
+    covered += end - begin;
+  });
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_FALSE(release) << "ParallelFor waited for the held worker";
+    release = true;
+  }
+  absl::MutexLock lock(&ran_mu);
+  EXPECT_EQ(covered, 100);
+  for (const std::thread::id& id : ran_on) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+// A task on the pool's only worker that calls ParallelFor on the same pool
+// completes: its chunks do not wait for the worker it occupies.
+TEST(ThreadPoolTest, AParallelForFromThePoolsOwnTaskCompletes) {
+  // Leaked if the nested call hangs, so that the test fails instead of
+  // hanging in the pool's destruction.
+  auto* pool = new ThreadPool(1, "test-pool");
+  absl::Mutex mu;
+  bool finished = false;
+  std::atomic<int64_t> covered{0};
+  pool->Post([&] {
+    pool->ParallelFor(1000, 10, [&](int64_t begin, int64_t end) { covered += end - begin; });
+    absl::MutexLock lock(&mu);
+    finished = true;
+  });
+  bool completed = false;
+  {
+    absl::MutexLock lock(&mu);
+    completed = mu.AwaitWithTimeout(absl::Condition(&finished), kTimeout);
+  }
+  ASSERT_TRUE(completed) << "the nested ParallelFor did not complete";
+  delete pool;
+  EXPECT_EQ(covered.load(), 1000);
+}
+
 }  // namespace
 }  // namespace fuseserve
