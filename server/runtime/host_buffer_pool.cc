@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "server/runtime/page_locked_memory.h"
 
 namespace fuseserve {
@@ -77,7 +78,10 @@ void HostBuffer::Release(void* context) {
 class HostBufferPool::BackgroundFreer {
  public:
   explicit BackgroundFreer(const HostBufferPool* pool)
-      : pool_(pool), thread_([this] { Loop(); }) {}
+      : pool_(pool), thread_([this] {
+          NameCurrentThread("fs-buffer-free");
+          Loop();
+        }) {}
 
   // Frees every buffer handed over, then stops.
   ~BackgroundFreer() {
