@@ -95,7 +95,8 @@ class HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
   int64_t allocations() const;
   size_t idle_bytes() const;
 
-  // The pool's memory at one instant: every buffer allocated and not freed,
+  // The pool's memory at one instant: every buffer allocated (or being
+  // allocated) and not let go (freed, or handed to the background freer),
   // and those of them out of the pool (in use).
   struct Usage {
     size_t held_bytes = 0;
