@@ -415,21 +415,15 @@ TEST_F(CudaFamiliesTest, ConvFamilyConcurrentGroupNormMatchesTheSeparatePassBitw
       DeviceBuffer d_output = PoisonedDevice(out_count);
       auto workspace = DeviceBuffer::Allocate(ConvFamilyWorkspaceBytes(q));
       ASSERT_TRUE(workspace.ok());
-      cudaGraph_t graph = nullptr;
-      ASSERT_EQ(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal),
-                cudaSuccess);
-      const absl::Status status = RunConvFamily(q, w, d_input.as<float>(), d_output.as<float>(),
-                                                workspace->data(), stream_.get());
-      ASSERT_EQ(cudaStreamEndCapture(stream_.get(), &graph), cudaSuccess);
-      const GraphPtr graph_owner(graph);
-      ASSERT_TRUE(status.ok()) << status;
-      cudaGraphExec_t exec = nullptr;
-      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-      const GraphExecPtr exec_owner(exec);
+      const absl::StatusOr<GraphExecPtr> exec = CaptureOnStream([&] {
+        return RunConvFamily(q, w, d_input.as<float>(), d_output.as<float>(), workspace->data(),
+                             stream_.get());
+      });
+      ASSERT_TRUE(exec.ok()) << exec.status();
       for (int replay = 0; replay < 2; ++replay) {
         ASSERT_EQ(cudaMemset(d_output.data(), 0xFF, d_output.bytes()), cudaSuccess);
         FinishUploads();
-        ASSERT_EQ(cudaGraphLaunch(exec, stream_.get()), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec->get(), stream_.get()), cudaSuccess);
         ASSERT_TRUE(stream_.Synchronize().ok());
         const std::vector<float> got = ToHost(d_output, out_count);
         EXPECT_EQ(std::memcmp(got.data(), after.data(), after.size() * sizeof(float)), 0)

@@ -5,10 +5,16 @@
 // non-blocking stream (and cuBLAS handle) the kernels under test run on.
 
 #include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 
+#include <functional>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/resources.h"
 
@@ -21,6 +27,22 @@ class GpuStreamTest : public ::testing::Test {
     auto stream = Stream::Create();
     ASSERT_TRUE(stream.ok()) << stream.status();
     stream_ = std::move(*stream);
+  }
+
+  // The work `enqueue` puts on stream_, captured (as the GPU instances
+  // capture each batch size) and instantiated, ready for cudaGraphLaunch.
+  // An error where the capture, `enqueue` itself or the instantiation fails.
+  absl::StatusOr<GraphExecPtr> CaptureOnStream(const std::function<absl::Status()>& enqueue) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), "begin capture"));
+    const absl::Status enqueued = enqueue();
+    cudaGraph_t graph = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaStreamEndCapture(stream_.get(), &graph), "end capture"));
+    const GraphPtr graph_owner(graph);
+    RETURN_IF_ERROR(enqueued);
+    cudaGraphExec_t exec = nullptr;
+    RETURN_IF_ERROR(CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+    return GraphExecPtr(exec);
   }
 
   Stream stream_;

@@ -453,17 +453,11 @@ TEST_F(CudaGroupNormTest, ResidentScheduleReplaysFromACapturedGraph) {
   auto out = DeviceBuffer::Allocate(c.count() * sizeof(float));
   auto workspace = DeviceBuffer::Allocate(GroupNormWorkspaceBytes(c.params()));
   ASSERT_TRUE(in.ok() && out.ok() && workspace.ok());
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  const absl::Status captured =
-      GroupNorm(c.params(), in->as<float>(), w.as<float>(), b.as<float>(), out->as<float>(),
-                workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kResident));
-  ASSERT_EQ(cudaStreamEndCapture(stream_.get(), &graph), cudaSuccess);
-  const GraphPtr graph_owner(graph);
-  ASSERT_TRUE(captured.ok()) << captured;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  const GraphExecPtr exec_owner(exec);
+  const absl::StatusOr<GraphExecPtr> exec = CaptureOnStream([&] {
+    return GroupNorm(c.params(), in->as<float>(), w.as<float>(), b.as<float>(), out->as<float>(),
+                     workspace->data(), stream_.get(), Pinned(GroupNormSchedule::kResident));
+  });
+  ASSERT_TRUE(exec.ok()) << exec.status();
   for (uint64_t replay = 0; replay < 2; ++replay) {
     SCOPED_TRACE(absl::StrCat("replay ", replay));
     const std::vector<float> input = reference::RandomNormal(c.count(), 533 + replay);
@@ -471,7 +465,7 @@ TEST_F(CudaGroupNormTest, ResidentScheduleReplaysFromACapturedGraph) {
               cudaSuccess);
     ASSERT_EQ(cudaMemset(out->data(), 0xFF, out->bytes()), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream_.get()), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec->get(), stream_.get()), cudaSuccess);
     ASSERT_TRUE(stream_.Synchronize().ok());
     const std::vector<float> replayed = ToHost(out->as<float>(), c.count());
     const std::vector<float> two_read =
