@@ -3,8 +3,8 @@
 # GPU kernel tests that scripts/gpu/stash_kernels.sh NAME --with-tests stored
 # for each NAME, plain (FILTER, default every test), then under
 # compute-sanitizer memcheck and racecheck (FILTER without the
-# reference-size tests, minutes under instrumentation). Each variant's log
-# goes to $OUT/tests_NAME.log; the last lines say which passed.
+# reference-size tests, minutes under instrumentation). Logs go to
+# $OUT/tests_NAME_TOOL.log; the last lines say which passed.
 #   bash scripts/gpu/variant_tests.sh v41c v43 -- 'CudaGroupNorm*'
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,17 +20,17 @@ status=0
 for name in "${names[@]}"; do
   binary=$PKG/tests_$name
   xz -dc ".devlibs/$name/cuda_kernels_test.xz" > "$binary" && chmod +x "$binary"
-  log=$OUT/tests_$name.log
   for tool in plain memcheck racecheck; do
+    log=$OUT/tests_${name}_$tool.log
     if [ $tool = plain ]; then
-      "$binary" --gtest_filter="$filter" >> "$log" 2>&1
+      "$binary" --gtest_filter="$filter" > "$log" 2>&1
     else
       compute-sanitizer --tool $tool --error-exitcode 1 "$binary" \
-        --gtest_filter="$sanitized" >> "$log" 2>&1
+        --gtest_filter="$sanitized" > "$log" 2>&1
     fi
     rc=$?
     [ $rc -eq 0 ] || status=1
-    summary+=("$name $tool: exit $rc, $(grep -c '^\[       OK \]' "$log") OK so far")
+    summary+=("$name $tool: exit $rc, $(grep -c '^\[       OK \]' "$log") OK, $(grep -c '^\[  FAILED  \]' "$log") FAILED lines, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)")
   done
 done
 printf '%s\n' "${summary[@]}"
