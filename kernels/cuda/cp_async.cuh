@@ -18,6 +18,15 @@ __device__ __forceinline__ void CpAsync16(float* shared, const float* global, bo
                : "memory");
 }
 
+// CpAsync16 (always valid) that asks L2 to fetch the whole 128-byte line
+// from DRAM (the .L2::128B prefetch size): GroupNorm's resident schedule,
+// whose warps copy whole lines.
+__device__ __forceinline__ void CpAsync16Line128(float* shared, const float* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(address), "l"(global)
+               : "memory");
+}
+
 // CpAsync16 of data read for the last time: the L2 lines it reads are the
 // first evicted (an L2 evict-first policy, as ld.global.cs gives a load).
 // Caution (ptxas 13.0, sm_90a): where the shared address is a CTA-uniform

@@ -144,7 +144,8 @@ __device__ __forceinline__ T* FirstOf(const OneReadArgs& a, const ChunkSpan& spa
 // evict (the lagged schedule's copy, the second and last read of a chunk
 // that sits in L2), or under L2's default policy (the resident schedule's
 // copy, a chunk's only read, straight from HBM: 0.7-0.8% faster there than
-// marked in two same-call A/Bs on H200s, bench/kernel_notes.md v41).
+// marked in two same-call A/Bs on H200s, and 0.2-0.4% more with L2 asked for
+// whole 128-byte lines, bench/kernel_notes.md v41).
 enum class StagedLines { kEvictFirst, kDefault };
 
 // The last read of chunk `chunk`: this thread's vectors copied to the same
@@ -162,7 +163,7 @@ __device__ __forceinline__ void StageChunk(const OneReadArgs& a, int64_t chunk, 
       if constexpr (kLines == StagedLines::kEvictFirst) {
         CpAsync16LastUse(to, from);
       } else {
-        CpAsync16(to, from);
+        CpAsync16Line128(to, from);
       }
     }
   }
