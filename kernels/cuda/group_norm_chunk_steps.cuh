@@ -149,13 +149,16 @@ __device__ __forceinline__ T* FirstOf(const OneReadArgs& a, const ChunkSpan& spa
 enum class StagedLines { kEvictFirst, kDefault };
 
 // The last read of chunk `chunk`: this thread's vectors copied to the same
-// places of `staged`, one cp.async group.
-template <StagedLines kLines>
+// places of `staged`, one cp.async group. By default all of them; a part
+// (vectors kFirstVector to kFirstVector + kVectors - 1 of this thread's
+// kVectorsPerThread) where a schedule spreads a chunk's copy over a step.
+template <StagedLines kLines, int kFirstVector = 0, int kVectors = kVectorsPerThread>
 __device__ __forceinline__ void StageChunk(const OneReadArgs& a, int64_t chunk, float4* staged) {
+  static_assert(kFirstVector >= 0 && kVectors > 0 && kFirstVector + kVectors <= kVectorsPerThread);
   const ChunkSpan span = SpanOf(a, chunk);
   const float* first = FirstOf(a, span, a.input);
 #pragma unroll
-  for (int i = 0; i < kVectorsPerThread; ++i) {
+  for (int i = kFirstVector; i < kFirstVector + kVectors; ++i) {
     const int index = static_cast<int>(threadIdx.x) + i * kThreads;
     if (index < span.count) {
       float* to = reinterpret_cast<float*>(staged + index);
