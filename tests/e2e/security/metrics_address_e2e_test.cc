@@ -3,10 +3,8 @@
 // the network the inference port faces. 127.0.0.2 is a loopback address on
 // Linux without any configuration.
 
-#include <unistd.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -24,6 +22,7 @@
 #include "httplib.h"
 #include "tests/e2e/security/security_testing.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -72,13 +71,10 @@ std::set<std::string> ListeningAddresses(int port) {
 }
 
 TEST(MetricsAddressE2eTest, MetricsBindWhereAskedApartFromGrpc) {
-  const std::filesystem::path repo = std::filesystem::path(::testing::TempDir()) /
-                                     absl::StrCat("fuseserve-metrics-address-", ::getpid());
-  std::filesystem::create_directories(repo);
-  ASSERT_TRUE(WriteDefaultRepository(repo.string(), RepositorySize::kSmall).ok());
+  const TestDir repo("fuseserve-metrics-address");  // outlives the server (declared first)
+  ASSERT_TRUE(WriteDefaultRepository(repo.path(), RepositorySize::kSmall).ok());
   // ServerProcess puts gRPC on 127.0.0.1; the later flag moves the metrics.
-  auto server =
-      ServerProcess::Start(ServerBinary(), repo.string(), {"--metrics-address=127.0.0.2"});
+  auto server = ServerProcess::Start(ServerBinary(), repo.path(), {"--metrics-address=127.0.0.2"});
   ASSERT_TRUE(server.ok()) << server.status();
 
   httplib::Client metrics("127.0.0.2", (*server)->metrics_port());
@@ -104,8 +100,6 @@ TEST(MetricsAddressE2eTest, MetricsBindWhereAskedApartFromGrpc) {
   EXPECT_TRUE(*grpc_ready);
   EXPECT_THAT((*server)->Log(), HasSubstr(absl::StrCat("metrics and health on http://127.0.0.2:",
                                                        (*server)->metrics_port())));
-  server->reset();
-  std::filesystem::remove_all(repo);
 }
 
 }  // namespace

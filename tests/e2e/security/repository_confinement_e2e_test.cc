@@ -4,7 +4,6 @@
 // outside models are complete and valid, so if either guard failed they
 // would be served and the requests below would succeed.
 
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -25,6 +24,7 @@
 #include "httplib.h"
 #include "tests/e2e/security/security_testing.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -72,9 +72,8 @@ class RepositoryConfinementE2eTest : public ::testing::Test {
   //   leaky/1 -> <temp>/outside/leaky/1   (a version directory links out)
   // <temp>/outside: the models "escape" and "leaky", complete and valid.
   static void SetUpTestSuite() {
-    root_ = new fs::path(fs::path(::testing::TempDir()) /
-                         absl::StrCat("fuseserve-confinement-", ::getpid()));
-    const fs::path repo = *root_ / "repo", outside = *root_ / "outside";
+    directory_ = new TestDir("fuseserve-confinement");
+    const fs::path repo = Root() / "repo", outside = Root() / "outside";
     fs::create_directories(repo);
     ASSERT_TRUE(WriteDefaultRepository(repo.string(), RepositorySize::kSmall).ok());
     CopyGroupNormAs(repo, outside / "escape");
@@ -91,8 +90,7 @@ class RepositoryConfinementE2eTest : public ::testing::Test {
 
   static void TearDownTestSuite() {
     delete server_;
-    fs::remove_all(*root_);
-    delete root_;
+    delete directory_;  // and the directory
   }
 
   void SetUp() override {
@@ -103,7 +101,7 @@ class RepositoryConfinementE2eTest : public ::testing::Test {
   // Model names that would reach outside the repository if they were ever
   // joined to its path, or that name the models refused at load.
   static std::vector<std::string> EscapingNames() {
-    const std::string outside = (*root_ / "outside" / "escape").string();
+    const std::string outside = (Root() / "outside" / "escape").string();
     return {"escape",
             "leaky",
             "../outside/escape",
@@ -122,12 +120,14 @@ class RepositoryConfinementE2eTest : public ::testing::Test {
   }
 
   static ServerProcess* server_;
-  static fs::path* root_;
+  static fs::path Root() { return directory_->path(); }
+
+  static TestDir* directory_;
   std::unique_ptr<Client> client_;
 };
 
 ServerProcess* RepositoryConfinementE2eTest::server_ = nullptr;
-fs::path* RepositoryConfinementE2eTest::root_ = nullptr;
+TestDir* RepositoryConfinementE2eTest::directory_ = nullptr;
 
 // NOT_FOUND or INVALID_ARGUMENT: refused as a name, never served.
 MATCHER(IsRefusedName, "") {
@@ -144,10 +144,10 @@ TEST_F(RepositoryConfinementE2eTest, LoadsOnlyTheModelsInsideTheRepository) {
 
   const std::string log = server_->Log();
   EXPECT_THAT(
-      log, HasSubstr("skipping " + (*root_ / "repo" / "escape").string() + ": symbolic link to"));
+      log, HasSubstr("skipping " + (Root() / "repo" / "escape").string() + ": symbolic link to"));
   EXPECT_THAT(log,
-              HasSubstr("skipping model " + (*root_ / "repo" / "leaky").string() + ": " +
-                        (*root_ / "repo" / "leaky" / "1").string() + " is a symbolic link to"));
+              HasSubstr("skipping model " + (Root() / "repo" / "leaky").string() + ": " +
+                        (Root() / "repo" / "leaky" / "1").string() + " is a symbolic link to"));
   EXPECT_THAT(log, Not(HasSubstr("loaded model escape")));
   EXPECT_THAT(log, Not(HasSubstr("loaded model leaky")));
 }

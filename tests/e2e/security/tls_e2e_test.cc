@@ -2,9 +2,7 @@
 // certificates made by the openssl tool in the test, the client library and
 // the fuseserve-cli binary as clients.
 
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/security/security_testing.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -36,24 +35,22 @@ using testing::TestCertificates;
 class TlsE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    directory_ = new std::string(
-        (std::filesystem::path(::testing::TempDir()) / absl::StrCat("fuseserve-tls-", ::getpid()))
-            .string());
-    std::filesystem::create_directories(*directory_ + "/repo");
-    ASSERT_TRUE(WriteDefaultRepository(*directory_ + "/repo", RepositorySize::kSmall).ok());
-    auto certificates = testing::MakeTestCertificates(FUSESERVE_OPENSSL, *directory_);
+    directory_ = new TestDir("fuseserve-tls");
+    directory_->MakeDir("repo");
+    ASSERT_TRUE(WriteDefaultRepository(directory_->path() + "/repo", RepositorySize::kSmall).ok());
+    auto certificates = testing::MakeTestCertificates(FUSESERVE_OPENSSL, directory_->path());
     ASSERT_TRUE(certificates.ok())
         << certificates.status() << "\n(the openssl program is needed: scripts/setup.sh)";
     certificates_ = new TestCertificates(*certificates);
 
     auto tls = ServerProcess::Start(
-        ServerBinary(), *directory_ + "/repo",
+        ServerBinary(), directory_->path() + "/repo",
         {"--grpc-use-ssl=true", "--grpc-server-cert=" + certificates_->server_cert,
          "--grpc-server-key=" + certificates_->server_key});
     ASSERT_TRUE(tls.ok()) << tls.status();
     tls_server_ = tls->release();
     auto mutual = ServerProcess::Start(
-        ServerBinary(), *directory_ + "/repo",
+        ServerBinary(), directory_->path() + "/repo",
         {"--grpc-use-ssl-mutual=true", "--grpc-server-cert=" + certificates_->server_cert,
          "--grpc-server-key=" + certificates_->server_key,
          "--grpc-root-cert=" + certificates_->ca_cert});
@@ -65,8 +62,7 @@ class TlsE2eTest : public ::testing::Test {
     delete tls_server_;
     delete mutual_server_;
     delete certificates_;
-    std::filesystem::remove_all(*directory_);
-    delete directory_;
+    delete directory_;  // and the directory
   }
 
   void SetUp() override {
@@ -117,7 +113,7 @@ class TlsE2eTest : public ::testing::Test {
 
   // `args` (args[0] is the program) run to their exit.
   static ProgramResult RunToExit(const std::vector<std::string>& args) {
-    auto result = RunProgram(args, *directory_ + "/program.log");
+    auto result = RunProgram(args, directory_->path() + "/program.log");
     EXPECT_TRUE(result.ok()) << result.status();
     return result.ok() ? *result : ProgramResult{};
   }
@@ -126,7 +122,7 @@ class TlsE2eTest : public ::testing::Test {
   // use it expect it to refuse to start).
   static ProgramResult RunServerToExit(const std::vector<std::string>& tls_args) {
     std::vector<std::string> args = {ServerBinary(),
-                                     "--model-repository=" + *directory_ + "/repo",
+                                     "--model-repository=" + directory_->path() + "/repo",
                                      "--grpc-port=0",
                                      "--metrics-port=0",
                                      "--grpc-address=127.0.0.1",
@@ -141,13 +137,13 @@ class TlsE2eTest : public ::testing::Test {
     return RunToExit(args);
   }
 
-  static std::string* directory_;
+  static TestDir* directory_;
   static TestCertificates* certificates_;
   static ServerProcess* tls_server_;
   static ServerProcess* mutual_server_;
 };
 
-std::string* TlsE2eTest::directory_ = nullptr;
+TestDir* TlsE2eTest::directory_ = nullptr;
 TestCertificates* TlsE2eTest::certificates_ = nullptr;
 ServerProcess* TlsE2eTest::tls_server_ = nullptr;
 ServerProcess* TlsE2eTest::mutual_server_ = nullptr;
@@ -225,7 +221,7 @@ TEST_F(TlsE2eTest, LogsTheModeButNoKeyMaterial) {
 }
 
 TEST_F(TlsE2eTest, MissingKeyFileStopsTheServerNamingTheFlag) {
-  const std::string missing = *directory_ + "/no-such-key.pem";
+  const std::string missing = directory_->path() + "/no-such-key.pem";
   const ProgramResult result =
       RunServerToExit({"--grpc-use-ssl=true", "--grpc-server-cert=" + certificates_->server_cert,
                        "--grpc-server-key=" + missing});
@@ -303,7 +299,7 @@ TEST_F(TlsE2eTest, CliRejectsTlsFilesWithoutSslAndMissingFiles) {
   EXPECT_EQ(without_ssl.exit_code, 2) << without_ssl.output;
   EXPECT_THAT(without_ssl.output, HasSubstr("--root-certificates is given but TLS is off"));
 
-  const std::string missing = *directory_ + "/absent.pem";
+  const std::string missing = directory_->path() + "/absent.pem";
   const ProgramResult missing_file = RunCli(
       {"stats", "--url", tls_server_->grpc_target(), "--ssl", "--root-certificates", missing});
   EXPECT_EQ(missing_file.exit_code, 2) << missing_file.output;

@@ -4,12 +4,10 @@
 // and the output in a region of an object the test creates as a client does.
 // One server allows shared memory, one does not.
 
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,6 +22,7 @@
 #include "proto/grpc_service.grpc.pb.h"
 #include "server/server.h"
 #include "tests/server/shm/test_shared_memory_object.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -80,10 +79,8 @@ class InferenceServiceSharedMemoryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     SetMinLogSeverity(LogSeverity::kWarning);
-    repository_ = new std::string((std::filesystem::path(::testing::TempDir()) /
-                                   absl::StrCat("fuseserve-shm-repo-", ::getpid()))
-                                      .string());
-    ASSERT_TRUE(WriteDefaultRepository(*repository_, RepositorySize::kSmall).ok());
+    repository_ = new TestDir("fuseserve-shm-repo");
+    ASSERT_TRUE(WriteDefaultRepository(repository_->path(), RepositorySize::kSmall).ok());
     allowing_ = StartServer(true).release();
     refusing_ = StartServer(false).release();
   }
@@ -91,13 +88,12 @@ class InferenceServiceSharedMemoryTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete allowing_;
     delete refusing_;
-    std::filesystem::remove_all(*repository_);
-    delete repository_;
+    delete repository_;  // and the directory
   }
 
   static std::unique_ptr<Server> StartServer(bool allow_shared_memory) {
     ServerOptions options;
-    options.model_repository = *repository_;
+    options.model_repository = repository_->path();
     options.grpc_address = "127.0.0.1";
     options.grpc_port = 0;
     options.metrics_address = "127.0.0.1";
@@ -195,7 +191,7 @@ class InferenceServiceSharedMemoryTest : public ::testing::Test {
     return {response.extensions().begin(), response.extensions().end()};
   }
 
-  static std::string* repository_;
+  static TestDir* repository_;
   static Server* allowing_;
   static Server* refusing_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> stub_;
@@ -203,7 +199,7 @@ class InferenceServiceSharedMemoryTest : public ::testing::Test {
   std::unique_ptr<TestSharedMemoryObject> object_;
 };
 
-std::string* InferenceServiceSharedMemoryTest::repository_ = nullptr;
+TestDir* InferenceServiceSharedMemoryTest::repository_ = nullptr;
 Server* InferenceServiceSharedMemoryTest::allowing_ = nullptr;
 Server* InferenceServiceSharedMemoryTest::refusing_ = nullptr;
 

@@ -7,16 +7,13 @@
 
 #include "server/grpc/model_infer.h"
 
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/default_repository.h"
 #include "common/logging.h"
@@ -26,6 +23,7 @@
 #include "server/batching/clock.h"
 #include "server/metrics/metrics_registry.h"
 #include "server/runtime/model_manager.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -81,21 +79,18 @@ class ModelInferHandlerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     SetMinLogSeverity(LogSeverity::kWarning);
-    repository_ = new std::string((std::filesystem::path(::testing::TempDir()) /
-                                   absl::StrCat("fuseserve-answer-repo-", ::getpid()))
-                                      .string());
-    ASSERT_TRUE(WriteDefaultRepository(*repository_, RepositorySize::kSmall).ok());
+    repository_ = new TestDir("fuseserve-answer-repo");
+    ASSERT_TRUE(WriteDefaultRepository(repository_->path(), RepositorySize::kSmall).ok());
   }
   static void TearDownTestSuite() {
-    std::filesystem::remove_all(*repository_);
-    delete repository_;
+    delete repository_;  // and the directory
   }
 
   void SetUp() override {
     metrics_ = MetricsRegistry::Create();
     pool_ = std::make_unique<ThreadPool>(2);
     ModelManagerOptions options;
-    options.repository = *repository_;
+    options.repository = repository_->path();
     options.clock = Clock::Real();
     options.metrics = metrics_.get();
     options.cpu_pool = pool_.get();
@@ -115,14 +110,14 @@ class ModelInferHandlerTest : public ::testing::Test {
 
   ModelStatisticsSnapshot Statistics() { return metrics_->ForModel(kModel, "1").Snapshot(); }
 
-  static std::string* repository_;
+  static TestDir* repository_;
   std::unique_ptr<MetricsRegistry> metrics_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ModelManager> models_;
   std::unique_ptr<ModelInferHandler> handler_;
 };
 
-std::string* ModelInferHandlerTest::repository_ = nullptr;
+TestDir* ModelInferHandlerTest::repository_ = nullptr;
 
 TEST_F(ModelInferHandlerTest, AComputedRequestIsRecordedAndSerialisedOnlyByFinish) {
   Handed handed;

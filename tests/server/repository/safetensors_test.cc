@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/repository/safetensors_writer.h"
-#include "tests/server/repository/test_dir.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {

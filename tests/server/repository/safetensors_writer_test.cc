@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "server/repository/safetensors.h"
-#include "tests/server/repository/test_dir.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {

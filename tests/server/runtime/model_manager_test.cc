@@ -3,10 +3,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -19,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/repository/safetensors_writer.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -112,24 +111,13 @@ std::vector<NamedF32Tensor> GroupNormWeights() {
 class ModelManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "model_manager_test.XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << pattern;
-    root_ = pattern;
     ASSERT_TRUE(WriteDefaultRepository(root_, RepositorySize::kSmall).ok());
   }
 
-  void TearDown() override {
-    manager_.reset();
-    std::error_code error;
-    fs::remove_all(root_, error);
-  }
+  void TearDown() override { manager_.reset(); }
 
   void WriteFile(const std::string& relative, const std::string& contents) {
-    const fs::path path = fs::path(root_) / relative;
-    fs::create_directories(path.parent_path());
-    std::ofstream file(path, std::ios::trunc);
-    file << contents;
-    ASSERT_TRUE(file.good()) << path;
+    dir_.WriteFile(relative, contents);
   }
 
   void WriteWeights(const std::string& relative, const std::vector<NamedF32Tensor>& tensors) {
@@ -189,7 +177,8 @@ class ModelManagerTest : public ::testing::Test {
     return record.ok() ? *record : nullptr;
   }
 
-  std::string root_;
+  TestDir dir_{"model_manager_test"};  // outlives the manager (declared first)
+  const std::string root_ = dir_.path();
   std::unique_ptr<MetricsRegistry> metrics_ = MetricsRegistry::Create();
   ThreadPool pool_{1};
   std::unique_ptr<ModelManager> manager_;

@@ -1,4 +1,4 @@
-#include "tests/server/repository/test_dir.h"
+#include "tests/testing/test_dir.h"
 
 #include <stdlib.h>
 
@@ -12,8 +12,9 @@ namespace fuseserve {
 
 namespace fs = std::filesystem;
 
-TestDir::TestDir() {
-  std::string pattern = (fs::path(::testing::TempDir()) / "repository_test.XXXXXX").string();
+TestDir::TestDir(std::string_view prefix) {
+  std::string pattern =
+      (fs::path(::testing::TempDir()) / (std::string(prefix) + ".XXXXXX")).string();
   const char* created = ::mkdtemp(pattern.data());
   EXPECT_NE(created, nullptr) << "mkdtemp " << pattern;
   path_ = pattern;

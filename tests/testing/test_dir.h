@@ -1,15 +1,18 @@
 #pragma once
 
-// A fresh directory per test under ::testing::TempDir(), removed (with
-// everything in it) when the object goes out of scope.
+// A fresh directory under ::testing::TempDir(), named <prefix>.XXXXXX,
+// removed (with everything in it) when the object goes out of scope: the
+// scratch directory of every test that writes files (repositories, configs,
+// traces).
 
 #include <string>
+#include <string_view>
 
 namespace fuseserve {
 
 class TestDir {
  public:
-  TestDir();
+  explicit TestDir(std::string_view prefix = "fuseserve-test");
   ~TestDir();
   TestDir(const TestDir&) = delete;
   TestDir& operator=(const TestDir&) = delete;
