@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "absl/base/config.h"
-#include "absl/strings/str_cat.h"
 #include "client/bench/bench_command.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/client/test_server.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::client {
 namespace {
@@ -43,9 +43,7 @@ class BenchServerTest : public testing::SuiteServerTest {
   // Runs `fuseserve-cli bench MODEL --url ... --quiet --json FILE <args>`.
   int RunBench(const std::string& json_name, std::vector<std::string> args,
                const std::string& model = testing::kGemmModel) {
-    json_path_ = (std::filesystem::path(::testing::TempDir()) /
-                  absl::StrCat("fuseserve-bench-", ::getpid(), "-", json_name))
-                     .string();
+    json_path_ = reports_.Path(json_name);
     std::filesystem::remove(json_path_);
     std::vector<std::string> all = {"bench",   model,    "--url",   server_->process->grpc_target(),
                                     "--quiet", "--json", json_path_};
@@ -62,6 +60,7 @@ class BenchServerTest : public testing::SuiteServerTest {
     return nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
   }
 
+  TestDir reports_{"fuseserve-bench"};  // this test's reports, removed with it
   std::string json_path_;
 };
 
@@ -418,9 +417,8 @@ TEST_F(BenchSharedMemoryTest, VariableOutputDimsNeedTheSize) {
 }
 
 TEST_F(BenchSharedMemoryTest, AnInterruptedBenchUnregistersAndRemovesItsRegions) {
-  const std::string output = (std::filesystem::path(::testing::TempDir()) /
-                              absl::StrCat("fuseserve-bench-", ::getpid(), "-interrupted.txt"))
-                                 .string();
+  const TestDir directory("fuseserve-bench");
+  const std::string output = directory.Path("interrupted.txt");
   const auto pid = testing::SpawnProcess(
       {FUSESERVE_CLI, "bench", testing::kGemmModel, "--url", server_->process->grpc_target(),
        "--shared-memory", "system", "--concurrency", "2", "--duration-s", "60", "--quiet"},

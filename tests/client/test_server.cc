@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <spawn.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,30 +22,22 @@
 #include "server/models/model_factory.h"
 #include "server/repository/model_config_loader.h"
 #include "server/repository/safetensors.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::testing {
 
-absl::StatusOr<std::string> MakeClientTestRepository() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "fuseserve-client-XXXXXX");
-  if (::mkdtemp(pattern.data()) == nullptr) return absl::InternalError("mkdtemp failed");
-  const std::filesystem::path root(pattern);
-  RETURN_IF_ERROR(WriteDefaultRepository(root.string(), RepositorySize::kSmall));
-
-  RETURN_IF_ERROR(CopyModel(root, kGroupNormModel, kSlowModel, [](inference::ModelConfig& config) {
+absl::Status WriteClientTestRepository(const std::string& root) {
+  RETURN_IF_ERROR(WriteDefaultRepository(root, RepositorySize::kSmall));
+  return CopyModel(root, kGroupNormModel, kSlowModel, [](inference::ModelConfig& config) {
     config.mutable_dynamic_batching()->set_max_queue_delay_microseconds(30000000);
-  }));
-  return root.string();
-}
-
-TestServer::~TestServer() {
-  process.reset();
-  if (!repository.empty()) std::filesystem::remove_all(repository);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<TestServer>> StartTestServer(
     const std::string& server_binary, const std::vector<std::string>& extra_args) {
   auto server = std::make_unique<TestServer>();
-  ASSIGN_OR_RETURN(server->repository, MakeClientTestRepository());
+  server->repository = server->directory.path();
+  RETURN_IF_ERROR(WriteClientTestRepository(server->repository));
   ASSIGN_OR_RETURN(server->process,
                    ServerProcess::Start(server_binary, server->repository, extra_args));
   return server;

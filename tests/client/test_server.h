@@ -19,6 +19,7 @@
 #include "common/shape.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::testing {
 
@@ -27,14 +28,16 @@ inline constexpr char kGemmModel[] = "gemm_bias_hardtanh_mish_groupnorm";
 inline constexpr char kGroupNormModel[] = "groupnorm";
 inline constexpr char kSlowModel[] = "slow_groupnorm";
 
-// Writes the repository into a fresh temporary directory; returns its path.
-absl::StatusOr<std::string> MakeClientTestRepository();
+// Writes the repository into the existing directory `root`.
+absl::Status WriteClientTestRepository(const std::string& root);
 
-// The repository above served by `server_binary`.
+// The repository above, in a directory of its own, served by `server_binary`.
+// The server stops before the directory is removed (members are destroyed
+// last to first).
 struct TestServer {
-  std::string repository;
+  TestDir directory{"fuseserve-client"};
+  std::string repository;  // directory.path()
   std::unique_ptr<ServerProcess> process;
-  ~TestServer();  // stops the server and removes the repository
 };
 absl::StatusOr<std::unique_ptr<TestServer>> StartTestServer(
     const std::string& server_binary, const std::vector<std::string>& extra_args = {});

@@ -2,11 +2,9 @@
 // repository (the small default models plus a broken one), driven over gRPC
 // and HTTP exactly as a client would.
 
-#include <cerrno>
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -36,6 +34,7 @@
 #include "server/repository/safetensors_writer.h"
 #include "tests/e2e/repository_editing.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -58,20 +57,9 @@ const char* ServerBinary() {
   return path != nullptr ? path : FUSESERVE_BINARY;
 }
 
-// Writes the small default repository plus a groupnorm model whose weights
-// lack "gn.bias" (it must fail alone, naming the tensor), in a directory of
-// its own: mkdtemp's name is unique even where a test process reuses the pid
-// of an earlier one that left its repository behind (a name made of the pid
-// and an unseeded std::rand() was not, and the copy into an existing model
-// failed).
-std::string MakeRepository() {
-  std::string name = (std::filesystem::path(::testing::TempDir()) / "fuseserve-e2e-repo-XXXXXX")
-                         .string();
-  if (::mkdtemp(name.data()) == nullptr) {
-    ADD_FAILURE() << "mkdtemp " << name << ": " << std::strerror(errno);
-    return name;
-  }
-  const std::filesystem::path root = name;
+// Writes into `root` the small default repository plus a groupnorm model
+// whose weights lack "gn.bias" (it must fail alone, naming the tensor).
+void WriteRepository(const std::filesystem::path& root) {
   const absl::Status written = WriteDefaultRepository(root.string(), RepositorySize::kSmall);
   EXPECT_TRUE(written.ok()) << written;
   const std::filesystem::path broken = root / kBroken;
@@ -84,25 +72,20 @@ std::string MakeRepository() {
   const float* data = reinterpret_cast<const float*>(weight.data);
   tensors.push_back({"gn.weight", weight.shape, std::vector<float>(data, data + weight.byte_size / 4)});
   EXPECT_TRUE(WriteSafetensorsFile((broken / "1" / "model.safetensors").string(), tensors).ok());
-  return root.string();
 }
 
-// MakeRepository's directory for one test, removed when the test ends, its
-// assertions' early returns included.
+// WriteRepository's models in a directory of their own (mkdtemp's name is
+// unique even where a test process reuses the pid of an earlier one that
+// left its repository behind), removed when the test ends, its assertions'
+// early returns included.
 class ScopedRepository {
  public:
-  ScopedRepository() : path_(MakeRepository()) {}
-  ~ScopedRepository() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScopedRepository(const ScopedRepository&) = delete;
-  ScopedRepository& operator=(const ScopedRepository&) = delete;
+  ScopedRepository() { WriteRepository(directory_.path()); }
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return directory_.path(); }
 
  private:
-  const std::string path_;
+  TestDir directory_{"fuseserve-e2e-repo"};
 };
 
 std::vector<float> RandomValues(int64_t count, uint32_t seed) {

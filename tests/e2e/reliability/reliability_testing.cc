@@ -28,27 +28,19 @@ std::string ConfigParameter(const std::string& key, const std::string& value) {
 }
 
 absl::StatusOr<std::unique_ptr<TestRepository>> TestRepository::Create() {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "fuseserve-reliability-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) return absl::InternalError("mkdtemp failed");
-  std::unique_ptr<TestRepository> repository(new TestRepository(pattern));
-  RETURN_IF_ERROR(WriteDefaultRepository(pattern, RepositorySize::kSmall));
+  std::unique_ptr<TestRepository> repository(new TestRepository());
+  RETURN_IF_ERROR(WriteDefaultRepository(repository->path(), RepositorySize::kSmall));
   return repository;
-}
-
-TestRepository::~TestRepository() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
 }
 
 absl::Status TestRepository::AddGroupNorm(const std::string& name, int max_batch_size,
                                           const std::string& extra, int channels,
                                           const std::string& spatial) {
-  const std::filesystem::path model = std::filesystem::path(path_) / name;
+  const std::filesystem::path model = std::filesystem::path(path()) / name;
   std::error_code error;
   std::filesystem::create_directories(model / "1", error);
   if (error) return absl::InternalError(absl::StrCat("cannot create ", model.string()));
-  std::filesystem::copy_file(std::filesystem::path(path_) / kGroupNorm / "1" / "model.safetensors",
+  std::filesystem::copy_file(std::filesystem::path(path()) / kGroupNorm / "1" / "model.safetensors",
                              model / "1" / "model.safetensors", error);
   if (error) return absl::InternalError(absl::StrCat("cannot copy weights: ", error.message()));
   const std::string dims = absl::StrCat(max_batch_size > 0 ? "" : "-1, ", channels, ", ", spatial);

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/grpc_service.grpc.pb.h"
 #include "tests/e2e/server_process.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::testing {
 
@@ -40,9 +41,8 @@ std::string ConfigParameter(const std::string& key, const std::string& value);
 class TestRepository {
  public:
   static absl::StatusOr<std::unique_ptr<TestRepository>> Create();
-  ~TestRepository();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return directory_.path(); }
 
   // Adds a groupnorm model `name` with the default groupnorm's weights (8
   // channels in 4 groups): input and output dims [channels, <spatial>] when
@@ -54,8 +54,8 @@ class TestRepository {
                             int channels = 8, const std::string& spatial = "-1, -1");
 
  private:
-  explicit TestRepository(std::string path) : path_(std::move(path)) {}
-  std::string path_;
+  TestRepository() = default;
+  TestDir directory_{"fuseserve-reliability"};
 };
 
 // Starts the server binary on `repository` with the test-only config
