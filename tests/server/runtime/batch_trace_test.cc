@@ -3,19 +3,15 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
 
 using json = nlohmann::json;
-
-std::string TracePath(const std::string& name) {
-  return ::testing::TempDir() + "/batch_trace_test_" + std::to_string(::getpid()) + "_" + name;
-}
 
 json ReadJson(const std::string& path) {
   std::ifstream file(path);
@@ -30,7 +26,8 @@ BatchTrace Batch(const std::string& instance, int device, absl::Time start) {
 }
 
 TEST(BatchTraceWriterTest, WritesEachBatchAsThreePhasesOnItsInstancesTimeline) {
-  const std::string path = TracePath("phases.json");
+  const TestDir directory("batch_trace_test");
+  const std::string path = directory.Path("phases.json");
   {
     absl::StatusOr<std::unique_ptr<BatchTraceWriter>> writer = BatchTraceWriter::Open(path);
     ASSERT_TRUE(writer.ok()) << writer.status();
@@ -70,7 +67,8 @@ TEST(BatchTraceWriterTest, WritesEachBatchAsThreePhasesOnItsInstancesTimeline) {
 }
 
 TEST(BatchTraceWriterTest, EscapesInstanceNamesInJson) {
-  const std::string path = TracePath("escape.json");
+  const TestDir directory("batch_trace_test");
+  const std::string path = directory.Path("escape.json");
   {
     absl::StatusOr<std::unique_ptr<BatchTraceWriter>> writer = BatchTraceWriter::Open(path);
     ASSERT_TRUE(writer.ok());
