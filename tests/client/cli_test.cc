@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/client/test_server.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::client {
 namespace {
@@ -53,15 +54,9 @@ class CliTest : public fuseserve::testing::SuiteServerTest {
   void SetUp() override {
     SuiteServerTest::SetUp();
     url_ = server_->process->grpc_target();
-    directory_ = (std::filesystem::path(::testing::TempDir()) /
-                  absl::StrCat("cli-test-", ::getpid(), "-",
-                               ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                     .string();
-    std::filesystem::create_directories(directory_);
   }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
 
-  std::string Path(const std::string& name) const { return directory_ + "/" + name; }
+  std::string Path(const std::string& name) const { return directory_.Path(name); }
 
   // Runs fuseserve-cli with `args` (no shell interpretation of the args).
   CliResult Run(const std::vector<std::string>& args) {
@@ -89,7 +84,7 @@ class CliTest : public fuseserve::testing::SuiteServerTest {
   }
 
   std::string url_;
-  std::string directory_;
+  TestDir directory_{"cli-test"};  // this test's files, removed with it
   std::vector<pid_t> pids_;  // every fuseserve-cli the test ran
 };
 
@@ -466,8 +461,9 @@ TEST_F(CliTest, NumpyReadsOurOutputAndWeReadOrRejectNumpyFiles) {
                            "np.save(d + '/c.npy', x)\n"
                            "np.save(d + '/f.npy', np.asfortranarray(x))\n"
                            "np.save(d + '/d.npy', x.astype(np.float64))\n";
-  ASSERT_EQ(std::system(absl::StrCat(FUSESERVE_TEST_PYTHON, " ", script, " ", directory_).c_str()),
-            0);
+  const std::string script_command =
+      absl::StrCat(FUSESERVE_TEST_PYTHON, " ", script, " ", directory_.path());
+  ASSERT_EQ(std::system(script_command.c_str()), 0);
 
   const CliResult c_order =
       RunOnServer({"infer", kGroupNormModel, "--input", Path("c.npy"), "--output", Path("y.npy")});
@@ -495,8 +491,9 @@ TEST_F(CliTest, NumpyReadsOurOutputAndWeReadOrRejectNumpyFiles) {
                           "y.shape)\n"
                           "err = np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref)\n"
                           "assert err <= 1e-6, err\n";
-  EXPECT_EQ(std::system(absl::StrCat(FUSESERVE_TEST_PYTHON, " ", check, " ", directory_).c_str()),
-            0);
+  const std::string check_command =
+      absl::StrCat(FUSESERVE_TEST_PYTHON, " ", check, " ", directory_.path());
+  EXPECT_EQ(std::system(check_command.c_str()), 0);
 }
 
 }  // namespace

@@ -1,11 +1,9 @@
 #include "client/npy.h"
 
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve::client {
 namespace {
@@ -43,12 +42,6 @@ std::string FloatBytes(const std::vector<float>& values) {
 
 std::string F4Header(const std::string& shape) {
   return "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
-}
-
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::path(::testing::TempDir()) /
-          absl::StrCat("npy-test-", ::getpid(), "-", name))
-      .string();
 }
 
 std::string ReadFile(const std::string& path) {
@@ -82,7 +75,8 @@ TEST(NpyTest, RoundTripIsBitExactForEveryFloat) {
 }
 
 TEST(NpyTest, RoundTripsScalarsAndEmptyArraysThroughFiles) {
-  const std::string path = TempPath("scalar.npy");
+  const TestDir directory("npy-test");
+  const std::string path = directory.Path("scalar.npy");
   ASSERT_TRUE(WriteNpyFile(path, {}, std::vector<float>{7.5f}).ok());
   EXPECT_EQ(ReadFile(path), *SerializeNpy({}, std::vector<float>{7.5f}));
   auto scalar = ReadNpyFile(path);
@@ -95,7 +89,6 @@ TEST(NpyTest, RoundTripsScalarsAndEmptyArraysThroughFiles) {
   ASSERT_TRUE(empty.ok()) << empty.status();
   EXPECT_EQ(empty->shape, (Shape{0, 3}));
   EXPECT_TRUE(empty->data.empty());
-  std::filesystem::remove(path);
 }
 
 TEST(NpyTest, WritesVersion1HeaderAlignedLikeNumpy) {
@@ -253,7 +246,8 @@ TEST(NpyTest, RejectsMalformedHeaders) {
 }
 
 TEST(NpyTest, ReportsMissingFilesAndMismatchedWrites) {
-  const auto missing = ReadNpyFile(TempPath("does-not-exist.npy"));
+  const TestDir directory("npy-test");
+  const auto missing = ReadNpyFile(directory.Path("does-not-exist.npy"));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(missing.status().message(), HasSubstr("does-not-exist.npy"));
   EXPECT_EQ(SerializeNpy({2, 2}, std::vector<float>(3)).status().code(),
@@ -264,10 +258,9 @@ TEST(NpyTest, ReportsMissingFilesAndMismatchedWrites) {
 
 TEST(NpyTest, RefusesADirectoryInsteadOfThrowing) {
   // libstdc++ throws from a stream read that fails with EISDIR.
-  const std::string directory = TempPath("a-directory.npy");
-  std::filesystem::create_directories(directory);
+  const TestDir scratch("npy-test");
+  const std::string directory = scratch.MakeDir("a-directory.npy");
   const auto array = ReadNpyFile(directory);
-  std::filesystem::remove(directory);
   EXPECT_EQ(array.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(array.status().message(), HasSubstr(directory + " is not a regular file"));
 }
@@ -293,17 +286,16 @@ class NpyNumpyTest : public ::testing::Test {
   }
 
   // Runs a Python script; returns its exit status (0 = every assert held).
-  static int RunPython(const std::string& script) {
-    const std::string path = TempPath("script.py");
-    std::ofstream(path) << script;
-    const int status = std::system((std::string(FUSESERVE_TEST_PYTHON " ") + path).c_str());
-    std::filesystem::remove(path);
-    return status;
+  int RunPython(const std::string& script) const {
+    const std::string path = directory_.WriteFile("script.py", script);
+    return std::system((std::string(FUSESERVE_TEST_PYTHON " ") + path).c_str());
   }
+
+  TestDir directory_{"npy-test"};  // this test's files, removed with it
 };
 
 TEST_F(NpyNumpyTest, NumpyLoadsWhatWeWriteBitExactly) {
-  const std::string path = TempPath("ours.npy");
+  const std::string path = directory_.Path("ours.npy");
   std::vector<float> values(2 * 3 * 4);
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i) - 3.1f;
   values[5] = -0.0f;
@@ -323,12 +315,11 @@ TEST_F(NpyNumpyTest, NumpyLoadsWhatWeWriteBitExactly) {
                                    "assert x.tobytes().hex() == '",
                                    expected_hex, "'\n")),
             0);
-  std::filesystem::remove(path);
 }
 
 TEST_F(NpyNumpyTest, ReadsNumpyFilesAndRejectsFortranOrderAndFloat64) {
-  const std::string c_path = TempPath("c.npy"), f_path = TempPath("f.npy"),
-                    d_path = TempPath("d.npy"), v3_path = TempPath("v3.npy");
+  const std::string c_path = directory_.Path("c.npy"), f_path = directory_.Path("f.npy"),
+                    d_path = directory_.Path("d.npy"), v3_path = directory_.Path("v3.npy");
   ASSERT_EQ(RunPython(absl::StrCat(
                 "import numpy as np\n"
                 "x = (np.arange(24, dtype=np.float32) * 0.25 - 2).reshape(2, 3, 4)\n"
@@ -352,7 +343,6 @@ TEST_F(NpyNumpyTest, ReadsNumpyFilesAndRejectsFortranOrderAndFloat64) {
   const auto float64 = ReadNpyFile(d_path);
   EXPECT_EQ(float64.status().message(),
             d_path + " has dtype '<f8' (float64); fuseserve-cli needs float32 ('<f4')");
-  for (const std::string& path : {c_path, f_path, d_path, v3_path}) std::filesystem::remove(path);
 }
 
 }  // namespace

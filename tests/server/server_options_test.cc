@@ -1,7 +1,5 @@
 #include "server/server_options.h"
 
-#include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_dir.h"
 
 namespace fuseserve {
 namespace {
@@ -302,18 +301,8 @@ TEST(ServerOptionsTest, RejectsBadTlsBooleans) {
 
 class LoadGrpcTlsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    directory_ = std::filesystem::path(::testing::TempDir()) /
-                 absl::StrCat("load-grpc-tls-",
-                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(directory_);
-  }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
-
   std::string Write(const std::string& name, const std::string& contents) {
-    const std::string path = (directory_ / name).string();
-    std::ofstream(path) << contents;
-    return path;
+    return directory_.WriteFile(name, contents);
   }
 
   // TLS options naming PEM files written here (the PEM bodies are markers,
@@ -327,7 +316,7 @@ class LoadGrpcTlsTest : public ::testing::Test {
     return ssl;
   }
 
-  std::filesystem::path directory_;
+  TestDir directory_{"load-grpc-tls"};
 };
 
 TEST_F(LoadGrpcTlsTest, ReadsTheFilesAndLeavesTheRootOutWithoutMutualTls) {
@@ -356,7 +345,7 @@ TEST_F(LoadGrpcTlsTest, MutualTlsRequiresClientCertificatesVerifiedByTheRoot) {
 TEST_F(LoadGrpcTlsTest, NamesTheFlagAndPathOfAMissingFile) {
   for (const char* flag : {"grpc-server-cert", "grpc-server-key", "grpc-root-cert"}) {
     GrpcSslOptions ssl = WrittenOptions();
-    const std::string missing = (directory_ / "missing.pem").string();
+    const std::string missing = directory_.Path("missing.pem");
     if (std::string(flag) == "grpc-server-cert") ssl.server_cert = missing;
     if (std::string(flag) == "grpc-server-key") ssl.server_key = missing;
     if (std::string(flag) == "grpc-root-cert") ssl.root_cert = missing;
@@ -384,12 +373,12 @@ TEST_F(LoadGrpcTlsTest, RejectsAFileThatIsNotPemWithoutQuotingIt) {
 
 TEST_F(LoadGrpcTlsTest, RejectsADirectory) {
   GrpcSslOptions ssl = WrittenOptions();
-  ssl.server_cert = directory_.string();
+  ssl.server_cert = directory_.path();
   const absl::Status status = LoadGrpcTls(ssl).status();
 
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
-              HasSubstr("--grpc-server-cert: " + directory_.string() + " is not a file"));
+              HasSubstr("--grpc-server-cert: " + directory_.path() + " is not a file"));
 }
 
 TEST(ServerOptionsTest, UsageDescribesEveryFlag) {
