@@ -244,7 +244,7 @@ TEST_F(CliTest, InferWritesExactlyWhatTheServerAnswered) {
   const auto output = ReadNpyFile(Path("y.npy"));
   ASSERT_TRUE(output.ok()) << output.status();
   EXPECT_EQ(output->shape, shape);
-  const auto expected = ReferenceOutput(server_->repository, kGroupNormModel, shape, input);
+  const auto expected = ReferenceOutput(server_->repository(), kGroupNormModel, shape, input);
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_LE(RelativeL2Error(output->data, *expected), 1e-6);
 
@@ -479,7 +479,7 @@ TEST_F(CliTest, NumpyReadsOurOutputAndWeReadOrRejectNumpyFiles) {
   const auto input = ReadNpyFile(Path("c.npy"));
   ASSERT_TRUE(input.ok()) << input.status();
   const auto expected =
-      ReferenceOutput(server_->repository, kGroupNormModel, input->shape, input->data);
+      ReferenceOutput(server_->repository(), kGroupNormModel, input->shape, input->data);
   ASSERT_TRUE(expected.ok()) << expected.status();
   ASSERT_TRUE(WriteNpyFile(Path("ref.npy"), input->shape, *expected).ok());
   const std::string check = Path("check.py");

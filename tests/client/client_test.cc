@@ -118,7 +118,7 @@ TEST_F(ClientTest, InferMatchesTheCpuReferenceForEveryFamily) {
     EXPECT_EQ(result->id, "client-" + model);
     ASSERT_EQ(result->outputs.size(), 1u);
     EXPECT_EQ(result->outputs[0].name, "output");
-    const auto expected = ReferenceOutput(server_->repository, model, input.shape, input.data);
+    const auto expected = ReferenceOutput(server_->repository(), model, input.shape, input.data);
     ASSERT_TRUE(expected.ok()) << expected.status();
     EXPECT_EQ(static_cast<size_t>(NumElements(result->outputs[0].shape)), expected->size());
     EXPECT_LE(RelativeL2Error(result->outputs[0].data, *expected), 1e-6) << model;
@@ -133,7 +133,7 @@ TEST_F(ClientTest, TensorsLargerThanGrpcsDefaultFourMebibyteLimitPassBothWays) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->outputs.size(), 1u);
   const auto expected =
-      ReferenceOutput(server_->repository, kGroupNormModel, input.shape, input.data);
+      ReferenceOutput(server_->repository(), kGroupNormModel, input.shape, input.data);
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_LE(RelativeL2Error(result->outputs[0].data, *expected), 1e-6);
 }
@@ -197,7 +197,7 @@ TEST_F(ClientTest, AsyncInferAnswersEveryRequestWithItsOwnResult) {
   for (const auto& [index, result] : results) {
     ASSERT_TRUE(result.ok()) << index << ": " << result.status();
     EXPECT_EQ(result->id, std::to_string(index));
-    const auto expected = ReferenceOutput(server_->repository, kGroupNormModel, inputs[index].shape,
+    const auto expected = ReferenceOutput(server_->repository(), kGroupNormModel, inputs[index].shape,
                                           inputs[index].data);
     ASSERT_TRUE(expected.ok());
     ASSERT_EQ(result->outputs.size(), 1u);
@@ -394,7 +394,7 @@ TEST_F(SharedMemoryClientTest, InferThroughSharedMemoryEqualsPlainInferAndTheRef
     ASSERT_TRUE(values.ok()) << values.status();
     const std::vector<float> got(values->begin(), values->end());
     EXPECT_LE(RelativeL2Error(got, plain->outputs[0].data), 1e-6);
-    const auto expected = ReferenceOutput(server_->repository, model, shape, input.data);
+    const auto expected = ReferenceOutput(server_->repository(), model, shape, input.data);
     ASSERT_TRUE(expected.ok()) << expected.status();
     EXPECT_LE(RelativeL2Error(got, *expected), 1e-6);
     ASSERT_TRUE(client_->UnregisterSystemSharedMemory().ok());
@@ -412,7 +412,7 @@ TEST_F(SharedMemoryClientTest, MixesASharedMemoryInputWithAnInlineOutput) {
   ASSERT_EQ(result->outputs.size(), 1u);
   EXPECT_FALSE(result->outputs[0].shared_memory.has_value());
   const auto expected =
-      ReferenceOutput(server_->repository, kGroupNormModel, input.shape, input.data);
+      ReferenceOutput(server_->repository(), kGroupNormModel, input.shape, input.data);
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_LE(RelativeL2Error(result->outputs[0].data, *expected), 1e-6);
 }
@@ -438,7 +438,7 @@ TEST_F(SharedMemoryClientTest, AsyncInferThroughSharedMemory) {
   ASSERT_TRUE(output.shared_memory.has_value());
   const auto values = output_region->Floats(0, NumElements(output.shape));
   ASSERT_TRUE(values.ok()) << values.status();
-  const auto expected = ReferenceOutput(server_->repository, kGemmModel, input.shape, input.data);
+  const auto expected = ReferenceOutput(server_->repository(), kGemmModel, input.shape, input.data);
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_LE(RelativeL2Error(std::vector<float>(values->begin(), values->end()), *expected), 1e-6);
 }

@@ -36,10 +36,9 @@ absl::Status WriteClientTestRepository(const std::string& root) {
 absl::StatusOr<std::unique_ptr<TestServer>> StartTestServer(
     const std::string& server_binary, const std::vector<std::string>& extra_args) {
   auto server = std::make_unique<TestServer>();
-  server->repository = server->directory.path();
-  RETURN_IF_ERROR(WriteClientTestRepository(server->repository));
+  RETURN_IF_ERROR(WriteClientTestRepository(server->repository()));
   ASSIGN_OR_RETURN(server->process,
-                   ServerProcess::Start(server_binary, server->repository, extra_args));
+                   ServerProcess::Start(server_binary, server->repository(), extra_args));
   return server;
 }
 

@@ -35,8 +35,9 @@ absl::Status WriteClientTestRepository(const std::string& root);
 // The server stops before the directory is removed (members are destroyed
 // last to first).
 struct TestServer {
+  const std::string& repository() const { return directory.path(); }
+
   TestDir directory{"fuseserve-client"};
-  std::string repository;  // directory.path()
   std::unique_ptr<ServerProcess> process;
 };
 absl::StatusOr<std::unique_ptr<TestServer>> StartTestServer(

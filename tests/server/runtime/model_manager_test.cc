@@ -111,7 +111,7 @@ std::vector<NamedF32Tensor> GroupNormWeights() {
 class ModelManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(WriteDefaultRepository(root_, RepositorySize::kSmall).ok());
+    ASSERT_TRUE(WriteDefaultRepository(dir_.path(), RepositorySize::kSmall).ok());
   }
 
   void TearDown() override { manager_.reset(); }
@@ -121,7 +121,7 @@ class ModelManagerTest : public ::testing::Test {
   }
 
   void WriteWeights(const std::string& relative, const std::vector<NamedF32Tensor>& tensors) {
-    const fs::path path = fs::path(root_) / relative;
+    const fs::path path = fs::path(dir_.path()) / relative;
     fs::create_directories(path.parent_path());
     const absl::Status status = WriteSafetensorsFile(path.string(), tensors);
     ASSERT_TRUE(status.ok()) << status;
@@ -161,7 +161,7 @@ class ModelManagerTest : public ::testing::Test {
 
   void Load() {
     ModelManagerOptions options;
-    options.repository = root_;
+    options.repository = dir_.path();
     options.clock = Clock::Real();
     options.metrics = metrics_.get();
     options.cpu_pool = &pool_;
@@ -177,8 +177,8 @@ class ModelManagerTest : public ::testing::Test {
     return record.ok() ? *record : nullptr;
   }
 
-  TestDir dir_{"model_manager_test"};  // outlives the manager (declared first)
-  const std::string root_ = dir_.path();
+  // The repository; outlives the manager (declared first).
+  TestDir dir_{"model_manager_test"};
   std::unique_ptr<MetricsRegistry> metrics_ = MetricsRegistry::Create();
   ThreadPool pool_{1};
   std::unique_ptr<ModelManager> manager_;
@@ -420,7 +420,7 @@ TEST_F(ModelManagerTest, ReadinessIsStrictOnlyWhenAsked) {
 
 TEST_F(ModelManagerTest, RepositoryWithoutFailuresIsStrictlyReady) {
   AddVersionedModels();
-  fs::remove_all(fs::path(root_) / "newer_broken");
+  fs::remove_all(fs::path(dir_.path()) / "newer_broken");
   Load();
 
   EXPECT_TRUE(manager_->Ready(/*strict=*/true));
@@ -448,7 +448,7 @@ TEST_F(ModelManagerTest, ShutdownMakesEverythingNotReady) {
 
 TEST_F(ModelManagerTest, BeginDrainMakesTheServerNotReadyWhileItsModelsStillServe) {
   AddVersionedModels();
-  fs::remove_all(fs::path(root_) / "newer_broken");
+  fs::remove_all(fs::path(dir_.path()) / "newer_broken");
   Load();
   ASSERT_TRUE(manager_->Ready(/*strict=*/false));
 
@@ -469,7 +469,7 @@ TEST_F(ModelManagerTest, BeginDrainMakesTheServerNotReadyWhileItsModelsStillServ
 
 TEST_F(ModelManagerTest, LoadFailsWhenTheRepositoryDoesNotExist) {
   ModelManagerOptions options;
-  options.repository = (fs::path(root_) / "absent").string();
+  options.repository = (fs::path(dir_.path()) / "absent").string();
   options.clock = Clock::Real();
   options.metrics = metrics_.get();
   options.cpu_pool = &pool_;
