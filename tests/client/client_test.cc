@@ -197,8 +197,8 @@ TEST_F(ClientTest, AsyncInferAnswersEveryRequestWithItsOwnResult) {
   for (const auto& [index, result] : results) {
     ASSERT_TRUE(result.ok()) << index << ": " << result.status();
     EXPECT_EQ(result->id, std::to_string(index));
-    const auto expected = ReferenceOutput(server_->repository(), kGroupNormModel, inputs[index].shape,
-                                          inputs[index].data);
+    const auto expected = ReferenceOutput(server_->repository(), kGroupNormModel,
+                                          inputs[index].shape, inputs[index].data);
     ASSERT_TRUE(expected.ok());
     ASSERT_EQ(result->outputs.size(), 1u);
     EXPECT_LE(RelativeL2Error(result->outputs[0].data, *expected), 1e-6) << index;
